@@ -1,0 +1,175 @@
+"""Immutable pytree modules and hyperparameter templates.
+
+Kernels, likelihoods and features are small immutable pytrees (:class:`Module`). Fields named in
+``_params`` are pytree leaves; fields in ``_static`` are hashable auxiliary data. In a *template* a
+parameter field may hold
+
+* a number or array: the value is fixed;
+* a NumPyro :class:`~numpyro.distributions.Distribution`: :func:`instantiate` adds a sample site
+  ``f"{prefix}{field}"`` with that prior (sampled by NUTS, point-estimated or given q by SVI);
+* a :class:`Param`: :func:`instantiate` adds ``numpyro.param`` (optimised by SVI; its initial value
+  under MCMC).
+
+This one mechanism is how every approximation introduces its hyperparameters, so the same site names
+appear under SVI, NUTS and SteinVI.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from numpyro.distributions import Distribution, constraints
+from numpyro.distributions.transforms import biject_to
+
+__all__ = ["Module", "Param", "instantiate", "is_concrete", "check_positive"]
+
+
+class Param:
+    """A point-estimated parameter: ``numpyro.param(name, init, constraint=constraint)``.
+
+    :param init: initial value (array-like).
+    :param constraint: a NumPyro constraint (default: real).
+    """
+
+    def __init__(self, init, constraint=constraints.real):
+        self.init = jnp.asarray(init)
+        self.constraint = constraint
+        if not bool(jnp.all(constraint(self.init))):
+            raise ValueError(f"Param init {np.asarray(self.init)!r} violates its constraint {constraint}")
+
+    def __repr__(self):
+        return f"Param({np.asarray(self.init)!r}, constraint={self.constraint})"
+
+
+def is_concrete(x) -> bool:
+    """True when ``x`` holds numbers (not a tracer, a distribution or a Param)."""
+    if isinstance(x, (Distribution, Param)) or x is None:
+        return False
+    leaves = jax.tree_util.tree_leaves(x)
+    return all(not isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def check_positive(value, name: str):
+    """Raise ``ValueError`` naming ``name`` if a concrete value is not strictly positive and finite."""
+    if is_concrete(value):
+        arr = np.asarray(value, dtype=float)
+        if arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
+            raise ValueError(f"{name} must be positive and finite, got {arr!r}")
+
+
+def _support_is_positive(d: Distribution) -> bool:
+    support = d.support
+    while isinstance(support, constraints.independent):
+        support = support.base_constraint
+    shape = d.shape()
+    t = biject_to(support)
+    lo, hi = t(jnp.full(shape, -30.0)), t(jnp.full(shape, 30.0))
+    return bool(jnp.all(lo > 0) & jnp.all(hi > 0))
+
+
+class Module:
+    """Base class of every immutable pytree in the library.
+
+    Subclasses list their leaf fields in ``_params`` and hashable auxiliary fields in ``_static``;
+    ``_positive`` names the parameter fields that must be strictly positive. Subclasses are registered
+    as pytrees automatically, so instances pass through ``jit``, ``vmap`` and ``grad``.
+    """
+
+    _params: tuple = ()
+    _static: tuple = ()
+    _positive: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        jax.tree_util.register_pytree_node(cls, cls._tree_flatten, cls._tree_unflatten)
+
+    def _tree_flatten(self):
+        return (tuple(getattr(self, n) for n in self._params),
+                tuple(getattr(self, n) for n in self._static))
+
+    @classmethod
+    def _tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        for n, v in zip(cls._params, children):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(cls._static, aux):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable; use .replace({name}=...)")
+
+    def _set(self, **fields):
+        """Set fields during ``__init__`` (the only mutation allowed)."""
+        for n, v in fields.items():
+            object.__setattr__(self, n, v)
+        for n in self._positive:
+            if n in fields:
+                check_positive(fields[n], f"{type(self).__name__}.{n}")
+
+    def replace(self, **fields) -> "Module":
+        """A copy with some fields replaced (no validation: used under tracing)."""
+        children, aux = self._tree_flatten()
+        new = self._tree_unflatten(aux, children)
+        for n, v in fields.items():
+            if n not in self._params and n not in self._static:
+                raise TypeError(f"{type(self).__name__} has no field {n!r}")
+            object.__setattr__(new, n, v)
+        return new
+
+    def __repr__(self):
+        items = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._params + self._static)
+        return f"{type(self).__name__}({items})"
+
+
+def instantiate(template, prefix: str = ""):
+    """Turn a template into a concrete module, adding NumPyro sites for its free parameters.
+
+    Must be called inside a NumPyro model or guide. Nested modules (and tuples/lists of modules) are
+    walked with the prefix ``f"{prefix}{field}_"`` (plus an index for sequences).
+
+    :param template: a :class:`Module` whose parameter fields may be Distributions or Params.
+    :param prefix: prefix for the site names.
+    :returns: a module of the same type holding arrays.
+    """
+    if isinstance(template, (list, tuple)):
+        return type(template)(instantiate(t, f"{prefix}{i}_") for i, t in enumerate(template))
+    if not isinstance(template, Module):
+        return template
+    values = {}
+    for name in template._params:
+        value = getattr(template, name)
+        site = f"{prefix}{name}"
+        if isinstance(value, Distribution):
+            if name in template._positive and not _support_is_positive(value):
+                raise ValueError(
+                    f"the prior for {type(template).__name__}.{name} (site {site!r}) must have positive "
+                    f"support, got {type(value).__name__} with support {value.support}")
+            values[name] = numpyro.sample(site, value)
+        elif isinstance(value, Param):
+            values[name] = numpyro.param(site, value.init, constraint=value.constraint)
+        elif isinstance(value, (Module, list, tuple)):
+            values[name] = instantiate(value, f"{site}_")
+        else:
+            values[name] = value
+    return template.replace(**values)
+
+
+def free_sites(template, prefix: str = "") -> dict:
+    """The sample sites a template introduces: ``{site name: prior distribution}``."""
+    out = {}
+    if isinstance(template, (list, tuple)):
+        for i, t in enumerate(template):
+            out.update(free_sites(t, f"{prefix}{i}_"))
+        return out
+    if not isinstance(template, Module):
+        return out
+    for name in template._params:
+        value = getattr(template, name)
+        site = f"{prefix}{name}"
+        if isinstance(value, Distribution):
+            out[site] = value
+        elif isinstance(value, (Module, list, tuple)):
+            out.update(free_sites(value, f"{site}_"))
+    return out
