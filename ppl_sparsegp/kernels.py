@@ -1,0 +1,303 @@
+r"""Stationary kernels as immutable pytrees.
+
+Every kernel has ``variance`` :math:`\sigma^2` and ``lengthscale`` :math:`\ell` (a scalar, or one per
+input dimension), evaluates its Gram matrix ``k(X1, X2)`` for inputs of shape (N, D), its ``diag(X)``, its
+``spectral_density(omega)`` and draws ``sample_frequencies(key, n, input_dim)``.
+
+**Spectral convention (the only one in the library).** For a stationary kernel
+:math:`k(\mathbf x, \mathbf x') = \kappa(\mathbf r)`, :math:`\mathbf r = \mathbf x - \mathbf x'`,
+
+.. math::
+
+    s(\boldsymbol\omega) = \int_{\mathbb R^D} \kappa(\mathbf r)\, e^{-i\boldsymbol\omega^\top\mathbf r}\,
+    d\mathbf r, \qquad
+    \kappa(\mathbf r) = (2\pi)^{-D}\int s(\boldsymbol\omega)\, e^{i\boldsymbol\omega^\top\mathbf r}\,
+    d\boldsymbol\omega,
+
+with angular frequency :math:`\boldsymbol\omega`. The normalised spectral density that random Fourier
+features sample from is :math:`p(\boldsymbol\omega) = s(\boldsymbol\omega) / ((2\pi)^D\sigma^2)`, so
+:math:`\kappa(\mathbf r) = \sigma^2\,\mathbb E_p[\cos(\boldsymbol\omega^\top\mathbf r)]`. In 1-D this is
+the convention of the VFF paper [1], e.g. Matérn-1/2: :math:`s(\omega) = 2\sigma^2\lambda/(\lambda^2+\omega^2)`.
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+    2. Rasmussen, Williams (2006), Gaussian Processes for Machine Learning, §4.2.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammaln
+
+from ._module import Module, is_concrete
+
+__all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
+           "Additive", "Product", "check_inputs"]
+
+
+def check_inputs(X, name: str = "X", input_dim: int | None = None):
+    """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given."""
+    if is_concrete(X):
+        Xn = np.asarray(X)
+        if Xn.dtype.kind in "fc" and not np.all(np.isfinite(Xn)):
+            raise ValueError(f"{name} contains NaN or inf")
+    X = jnp.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, D) (rank 2), got shape {X.shape}")
+    if input_dim is not None and X.shape[1] != input_dim:
+        raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
+    return X
+
+
+class Kernel(Module):
+    """Base class of kernels: ``k(X1, X2)`` Gram matrix, ``diag(X)``."""
+
+    def __call__(self, X1, X2=None):
+        raise NotImplementedError
+
+    def diag(self, X):
+        raise NotImplementedError
+
+    @property
+    def input_dim(self):
+        """Number of input dimensions fixed by the kernel, or None if any D is accepted."""
+        return None
+
+
+class Stationary(Kernel):
+    r"""A stationary kernel :math:`\sigma^2\,\rho(\tau)` of the scaled distance
+    :math:`\tau = \|(\mathbf x - \mathbf x')/\boldsymbol\ell\|`.
+
+    :param variance: :math:`\sigma^2 > 0` (number, array, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, scalar or shape (D,) for one per input dimension.
+    """
+
+    _params = ("variance", "lengthscale")
+    _positive = ("variance", "lengthscale")
+
+    def __init__(self, variance=1.0, lengthscale=1.0):
+        if is_concrete(variance):
+            variance = jnp.asarray(variance, dtype=jnp.result_type(float))
+            if variance.ndim != 0:
+                raise ValueError(f"variance must be a scalar, got shape {variance.shape}")
+        if is_concrete(lengthscale):
+            lengthscale = jnp.asarray(lengthscale, dtype=jnp.result_type(float))
+            if lengthscale.ndim > 1:
+                raise ValueError(f"lengthscale must be a scalar or shape (D,), got {lengthscale.shape}")
+        self._set(variance=variance, lengthscale=lengthscale)
+
+    # --- profile -----------------------------------------------------------------------------------
+    def profile(self, tau):
+        """The correlation :math:`\\rho(\\tau)`, with :math:`\\rho(0) = 1`."""
+        raise NotImplementedError
+
+    @property
+    def input_dim(self):
+        ls = jnp.shape(self.lengthscale)
+        return ls[0] if len(ls) == 1 else None
+
+    def _scale(self, X):
+        X = check_inputs(X, "X", self.input_dim)
+        return X / self.lengthscale
+
+    def scaled_sqdist(self, X1, X2=None):
+        """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0."""
+        A = self._scale(X1)
+        B = A if X2 is None else self._scale(X2)
+        if A.shape[1] != B.shape[1]:
+            raise ValueError(f"X1 and X2 have different input dimensions: {A.shape[1]} vs {B.shape[1]}")
+        centre = jnp.mean(A, axis=0)  # centring keeps |a|²+|b|²−2a·b accurate for offset inputs
+        A, B = A - centre, B - centre
+        d2 = jnp.sum(A**2, 1)[:, None] + jnp.sum(B**2, 1)[None, :] - 2.0 * A @ B.T
+        return jnp.maximum(d2, 0.0)
+
+    def __call__(self, X1, X2=None):
+        tau = _safe_sqrt(self.scaled_sqdist(X1, X2))
+        return self.variance * self.profile(tau)
+
+    def diag(self, X):
+        X = check_inputs(X, "X", self.input_dim)
+        return jnp.full(X.shape[:1], self.variance, dtype=jnp.result_type(X.dtype, float))
+
+    def kappa(self, r):
+        """:math:`\\kappa(\\mathbf r)` for difference vectors r of shape (..., D)."""
+        tau = _safe_sqrt(jnp.sum((jnp.asarray(r) / self.lengthscale) ** 2, axis=-1))
+        return self.variance * self.profile(tau)
+
+    # --- spectrum ----------------------------------------------------------------------------------
+    def _lengthscales(self, D):
+        return jnp.broadcast_to(jnp.asarray(self.lengthscale), (D,))
+
+    def log_unit_density(self, w):
+        """log p₁(w): normalised spectral density of the unit-lengthscale kernel, w of shape (..., D)."""
+        raise NotImplementedError
+
+    def spectral_density(self, omega):
+        r""":math:`s(\boldsymbol\omega) = \sigma^2 (2\pi)^D \prod_d \ell_d\; p_1(\boldsymbol\omega\odot
+        \boldsymbol\ell)` for ω of shape (..., D) (a 1-D array is read as D = 1)."""
+        omega = jnp.asarray(omega)
+        if omega.ndim == 1 and self.input_dim in (None, 1):
+            omega = omega[:, None]
+        D = omega.shape[-1]
+        ls = self._lengthscales(D)
+        log_s = (jnp.log(self.variance) + D * math.log(2 * math.pi) + jnp.sum(jnp.log(ls))
+                 + self.log_unit_density(omega * ls))
+        return jnp.exp(log_s)
+
+    def log_spectral_density_normalised(self, omega):
+        """log p(ω) = log s(ω) − log((2π)^D σ²), the density ``sample_frequencies`` draws from."""
+        D = omega.shape[-1]
+        ls = self._lengthscales(D)
+        return jnp.sum(jnp.log(ls)) + self.log_unit_density(omega * ls)
+
+    def sample_unit_frequencies(self, key, n, input_dim):
+        """n draws from p₁ (unit lengthscale), shape (n, input_dim)."""
+        raise NotImplementedError
+
+    def sample_frequencies(self, key, n, input_dim=None):
+        """n frequencies from the normalised spectral density p(ω), shape (n, D)."""
+        D = input_dim if input_dim is not None else (self.input_dim or 1)
+        return self.sample_unit_frequencies(key, n, D) / self._lengthscales(D)
+
+
+def _safe_sqrt(x):
+    # the clamp zeroes the gradient at r = 0, where the Matérn distance derivative is undefined
+    tiny = jnp.finfo(jnp.result_type(x)).tiny
+    return jnp.sqrt(jnp.maximum(x, tiny * 1e4))
+
+
+class SquaredExponential(Stationary):
+    r"""Squared exponential: :math:`\rho(\tau) = e^{-\tau^2/2}`; :math:`p_1 = \mathcal N(0, I)`."""
+
+    def profile(self, tau):
+        return jnp.exp(-0.5 * tau**2)
+
+    def __call__(self, X1, X2=None):  # avoid the sqrt: exact and smooth at r = 0
+        return self.variance * jnp.exp(-0.5 * self.scaled_sqdist(X1, X2))
+
+    def log_unit_density(self, w):
+        D = w.shape[-1]
+        return -0.5 * jnp.sum(w**2, -1) - 0.5 * D * math.log(2 * math.pi)
+
+    def sample_unit_frequencies(self, key, n, input_dim):
+        return jax.random.normal(key, (n, input_dim))
+
+
+class _Matern(Stationary):
+    r"""Matérn-ν with :math:`p_1` the multivariate Student-t with 2ν degrees of freedom [2, eq. 4.15]."""
+
+    nu: float = None
+
+    def log_unit_density(self, w):
+        D = w.shape[-1]
+        df = 2.0 * self.nu
+        return (gammaln((df + D) / 2) - gammaln(df / 2) - 0.5 * D * math.log(df * math.pi)
+                - 0.5 * (df + D) * jnp.log1p(jnp.sum(w**2, -1) / df))
+
+    def sample_unit_frequencies(self, key, n, input_dim):
+        kz, kg = jax.random.split(key)
+        z = jax.random.normal(kz, (n, input_dim))
+        g = 2.0 * jax.random.gamma(kg, self.nu, (n, 1))  # chi-square with 2ν degrees of freedom
+        return z / jnp.sqrt(g / (2.0 * self.nu))
+
+    @property
+    def lam(self):
+        """:math:`\\lambda = \\sqrt{2\\nu}/\\ell` (the VFF paper's parameterisation)."""
+        return math.sqrt(2.0 * self.nu) / self.lengthscale
+
+
+class Matern12(_Matern):
+    r"""Matérn-1/2 (exponential): :math:`\rho(\tau) = e^{-\tau}`."""
+
+    nu = 0.5
+
+    def profile(self, tau):
+        return jnp.exp(-tau)
+
+
+class Matern32(_Matern):
+    r"""Matérn-3/2: :math:`\rho(\tau) = (1+\sqrt3\tau)e^{-\sqrt3\tau}`."""
+
+    nu = 1.5
+
+    def profile(self, tau):
+        s = math.sqrt(3.0) * tau
+        return (1.0 + s) * jnp.exp(-s)
+
+
+class Matern52(_Matern):
+    r"""Matérn-5/2: :math:`\rho(\tau) = (1+\sqrt5\tau+5\tau^2/3)e^{-\sqrt5\tau}`."""
+
+    nu = 2.5
+
+    def profile(self, tau):
+        s = math.sqrt(5.0) * tau
+        return (1.0 + s + s**2 / 3.0) * jnp.exp(-s)
+
+
+class _Combination(Kernel):
+    """Kernels acting on one input column each: ``kernels[d]`` sees column d."""
+
+    _params = ("kernels",)
+
+    def __init__(self, kernels):
+        kernels = tuple(kernels)
+        if not kernels or not all(isinstance(k, Kernel) for k in kernels):
+            raise ValueError("kernels must be a non-empty sequence of Kernel instances")
+        self._set(kernels=kernels)
+
+    @property
+    def input_dim(self):
+        return len(self.kernels)
+
+    def _columns(self, X):
+        X = check_inputs(X, "X", self.input_dim)
+        return [X[:, d:d + 1] for d in range(X.shape[1])]
+
+    def parts(self, X1, X2=None):
+        """The per-dimension Gram matrices, shape (D, N1, N2)."""
+        c1 = self._columns(X1)
+        c2 = c1 if X2 is None else self._columns(X2)
+        return jnp.stack([k(a, b) for k, a, b in zip(self.kernels, c1, c2)])
+
+    def parts_diag(self, X):
+        return jnp.stack([k.diag(c) for k, c in zip(self.kernels, self._columns(X))])
+
+
+class Additive(_Combination):
+    r"""Additive kernel :math:`k(\mathbf x,\mathbf x') = \sum_d k_d(x_d, x'_d)` [1, §4.1]."""
+
+    def __call__(self, X1, X2=None):
+        return jnp.sum(self.parts(X1, X2), 0)
+
+    def diag(self, X):
+        return jnp.sum(self.parts_diag(X), 0)
+
+
+class Product(_Combination):
+    r"""Separable kernel :math:`k(\mathbf x,\mathbf x') = \prod_d k_d(x_d, x'_d)` [1, §4.2].
+
+    Its spectral density is the product of the 1-D densities, so frequencies are drawn per dimension.
+    """
+
+    def __call__(self, X1, X2=None):
+        return jnp.prod(self.parts(X1, X2), 0)
+
+    def diag(self, X):
+        return jnp.prod(self.parts_diag(X), 0)
+
+    @property
+    def variance(self):
+        return math.prod([k.variance for k in self.kernels])
+
+    def spectral_density(self, omega):
+        omega = jnp.asarray(omega)
+        return jnp.prod(jnp.stack([k.spectral_density(omega[..., d:d + 1])
+                                   for d, k in enumerate(self.kernels)]), 0)
+
+    def sample_frequencies(self, key, n, input_dim=None):
+        keys = jax.random.split(key, len(self.kernels))
+        return jnp.concatenate([k.sample_frequencies(kk, n, 1) for k, kk in zip(self.kernels, keys)], 1)
