@@ -22,7 +22,7 @@ import numpyro
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["Module", "Param", "instantiate", "is_concrete", "check_positive"]
+__all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive"]
 
 
 class Param:
@@ -48,6 +48,15 @@ def is_concrete(x) -> bool:
         return False
     leaves = jax.tree_util.tree_leaves(x)
     return all(not isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def check_finite(value, name: str):
+    """Raise ``ValueError`` naming ``name`` if a concrete array holds NaN or inf (tracers pass)."""
+    if is_concrete(value):
+        arr = np.asarray(value)
+        if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} contains NaN or inf")
+    return value
 
 
 def check_positive(value, name: str):
@@ -123,53 +132,78 @@ class Module:
         return f"{type(self).__name__}({items})"
 
 
-def instantiate(template, prefix: str = ""):
-    """Turn a template into a concrete module, adding NumPyro sites for its free parameters.
+def _initial_value(d: Distribution):
+    """A starting point for a point estimate: the prior mean if finite, else the transformed origin."""
+    fallback = biject_to(d.support)(jnp.zeros(d.shape()))
+    try:
+        mean = jnp.broadcast_to(d.mean, d.shape())
+    except NotImplementedError:
+        return fallback
+    ok = jnp.isfinite(mean) & d.support(mean)
+    return jnp.where(ok, mean, fallback)
 
-    Must be called inside a NumPyro model or guide. Nested modules (and tuples/lists of modules) are
-    walked with the prefix ``f"{prefix}{field}_"`` (plus an index for sequences).
 
-    :param template: a :class:`Module` whose parameter fields may be Distributions or Params.
-    :param prefix: prefix for the site names.
-    :returns: a module of the same type holding arrays.
-    """
+def _walk(template, prefix, on_leaf, check=False):
     if isinstance(template, (list, tuple)):
-        return type(template)(instantiate(t, f"{prefix}{i}_") for i, t in enumerate(template))
+        return type(template)(_walk(t, f"{prefix}{i}_", on_leaf, check) for i, t in enumerate(template))
     if not isinstance(template, Module):
         return template
     values = {}
     for name in template._params:
         value = getattr(template, name)
         site = f"{prefix}{name}"
-        if isinstance(value, Distribution):
-            if name in template._positive and not _support_is_positive(value):
+        if isinstance(value, (list, tuple)):
+            values[name] = _walk(value, prefix, on_leaf, check)  # kernels=(k0, k1) -> "kernel_0_variance"
+        elif isinstance(value, Module):
+            values[name] = _walk(value, f"{site}_", on_leaf, check)
+        elif isinstance(value, (Distribution, Param)):
+            if (check and isinstance(value, Distribution) and name in template._positive
+                    and not _support_is_positive(value)):
                 raise ValueError(
                     f"the prior for {type(template).__name__}.{name} (site {site!r}) must have positive "
                     f"support, got {type(value).__name__} with support {value.support}")
-            values[name] = numpyro.sample(site, value)
-        elif isinstance(value, Param):
-            values[name] = numpyro.param(site, value.init, constraint=value.constraint)
-        elif isinstance(value, (Module, list, tuple)):
-            values[name] = instantiate(value, f"{site}_")
+            values[name] = on_leaf(site, value)
         else:
             values[name] = value
     return template.replace(**values)
 
 
+def instantiate(template, prefix: str = "", *, point: bool = False):
+    """Turn a template into a concrete module, adding NumPyro sites for its free parameters.
+
+    Must be called inside a NumPyro model or guide. Nested modules are walked with the prefix
+    ``f"{prefix}{field}_"``; a sequence of modules (e.g. the per-dimension kernels of an additive kernel)
+    with ``f"{prefix}{index}_"``.
+
+    :param template: a :class:`Module` whose parameter fields may be Distributions or Params.
+    :param prefix: prefix for the site names.
+    :param point: guide mode: each Distribution field becomes a ``Delta`` site at a constrained
+        ``numpyro.param`` named ``f"{site}_map"`` (MAP / type-II maximum likelihood under SVI).
+    :returns: a module of the same type holding arrays.
+    """
+    import numpyro.distributions as dist
+
+    def on_leaf(site, value):
+        if isinstance(value, Param):
+            return numpyro.param(site, value.init, constraint=value.constraint)
+        if not point:
+            return numpyro.sample(site, value)
+        loc = numpyro.param(f"{site}_map", lambda rng_key: _initial_value(value), constraint=value.support)
+        return numpyro.sample(site, dist.Delta(loc, event_dim=len(value.event_shape)))
+
+    return _walk(template, prefix, on_leaf)
+
+
 def free_sites(template, prefix: str = "") -> dict:
-    """The sample sites a template introduces: ``{site name: prior distribution}``."""
+    """The sample sites a template introduces: ``{site name: prior distribution}``.
+
+    Also checks (outside any trace) that positive fields have priors with positive support."""
     out = {}
-    if isinstance(template, (list, tuple)):
-        for i, t in enumerate(template):
-            out.update(free_sites(t, f"{prefix}{i}_"))
-        return out
-    if not isinstance(template, Module):
-        return out
-    for name in template._params:
-        value = getattr(template, name)
-        site = f"{prefix}{name}"
+
+    def on_leaf(site, value):
         if isinstance(value, Distribution):
             out[site] = value
-        elif isinstance(value, (Module, list, tuple)):
-            out.update(free_sites(value, f"{site}_"))
+        return value
+
+    _walk(template, prefix, on_leaf, check=True)
     return out

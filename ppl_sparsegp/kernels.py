@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
 
-from ._module import Module, is_concrete
+from ._module import Module, check_finite, is_concrete
 
 __all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
            "Additive", "Product", "check_inputs"]
@@ -40,10 +40,7 @@ __all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32",
 
 def check_inputs(X, name: str = "X", input_dim: int | None = None):
     """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given."""
-    if is_concrete(X):
-        Xn = np.asarray(X)
-        if Xn.dtype.kind in "fc" and not np.all(np.isfinite(Xn)):
-            raise ValueError(f"{name} contains NaN or inf")
+    check_finite(X, name)
     X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape (N, D) (rank 2), got shape {X.shape}")

@@ -1,0 +1,72 @@
+r"""The single place that turns q(u) (or a value of u) and the features into q(f) marginals.
+
+With :math:`A = K_{uu}^{-1}K_{uf}` (unwhitened, :math:`\mathbf u = \mathbf m`) or
+:math:`A = R^\top K_{uu}^{-1} K_{uf}` (whitened, :math:`\mathbf u = R\mathbf v`, :math:`RR^\top = K_{uu}`,
+R possibly non-square as for VFF),
+
+.. math::
+
+    \mu(\mathbf x_n) = \mathbf a_n^\top\mathbf m, \qquad
+    \sigma^2(\mathbf x_n) = k(\mathbf x_n,\mathbf x_n) - \mathbf q_n + \mathbf a_n^\top S\,\mathbf a_n,
+
+where :math:`\mathbf q_n = [K_{fu}K_{uu}^{-1}K_{uf}]_{nn}` and S is q(u)'s (or q(v)'s) covariance;
+with ``q_cov=None`` the result is p(f | u = m), the conditional the MCMC formulation uses [1, eq. 26;
+2, §2.4.3]. Feature families override :func:`conditional` only where their structure demands
+(register with ``conditional.register(FeatureType)``).
+
+References:
+    1. Hensman, Matthews, Ghahramani (2015), Scalable variational Gaussian process classification.
+    2. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .features.base import Kuf, Kuu
+
+__all__ = ["conditional", "projection"]
+
+
+class _FeatureDispatch:
+    def __init__(self, default):
+        self.default = default
+        self.registry = {}
+
+    def register(self, feature_type):
+        def decorator(fn):
+            self.registry[feature_type] = fn
+            return fn
+        return decorator
+
+    def __call__(self, feature, *args, **kwargs):
+        for F in type(feature).__mro__:
+            if F in self.registry:
+                return self.registry[F](feature, *args, **kwargs)
+        return self.default(feature, *args, **kwargs)
+
+
+def projection(feature, kernel, X, *, whiten: bool, Kmm=None):
+    r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
+    :math:`K_{fu}K_{uu}^{-1}K_{uf}`."""
+    Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
+    Kmn = Kuf(feature, kernel, X)
+    if whiten:
+        A = Kmm.whiten(Kmn)  # Rᵀ Kuu⁻¹ Kuf
+        return A, jnp.sum(A * A, axis=0)
+    A = Kmm.solve(Kmn)  # Kuu⁻¹ Kuf
+    return A, jnp.sum(Kmn * A, axis=0)
+
+
+def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None):
+    A, qff = projection(feature, kernel, X, whiten=whiten, Kmm=Kmm)
+    mean = A.T @ q_mu  # Eq. (26) [1]
+    var = kernel.diag(X) - qff
+    if q_cov is not None:
+        var = var + jnp.sum(A * q_cov.matmul(A), axis=0)  # diag(Aᵀ S A)
+    return mean, jnp.maximum(var, 0.0)
+
+
+conditional = _FeatureDispatch(_conditional)
+conditional.__doc__ = r"""conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None)
+-> (mean, var): marginals of q(f(X)) for q(u) = N(q_mu, q_cov) (or of p(f | u = q_mu) when q_cov is
+None). ``whiten=True`` reads q_mu, q_cov as the distribution of v with u = R v."""

@@ -1,0 +1,5 @@
+"""Inducing features: one file per family, ``Kuu``/``Kuf`` registered next to each class."""
+from .base import Dispatcher, InducingFeature, Kuf, Kuu
+from .inducing_points import InducingPoints
+
+__all__ = ["Dispatcher", "InducingFeature", "Kuf", "Kuu", "InducingPoints"]

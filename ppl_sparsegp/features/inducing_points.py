@@ -1,0 +1,59 @@
+"""Inducing points: u = f(Z), the baseline of every comparison (Titsias 2009)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._module import Param, is_concrete
+from ..kernels import Kernel, check_inputs
+from ..linalg import Dense
+from .base import InducingFeature, Kuf, Kuu
+
+__all__ = ["InducingPoints"]
+
+
+class InducingPoints(InducingFeature):
+    r"""Inducing variables :math:`u_m = f(\mathbf z_m)`.
+
+    :math:`K_{uu} = k(Z, Z) + \epsilon\sigma_k^2 I` (a :class:`~ppl_sparsegp.linalg.Dense` operator) and
+    :math:`K_{uf} = k(Z, X)`.
+
+    :param Z: inducing inputs, shape (M, D): an array (fixed) or a :class:`~ppl_sparsegp.Param`
+        (optimised by SVI).
+    :param jitter: relative jitter ε added to the diagonal of Kuu (default 1e-10 in float64, 1e-5 in
+        float32).
+    """
+
+    _params = ("Z",)
+    _static = ("jitter",)
+
+    def __init__(self, Z, jitter=None):
+        if isinstance(Z, Param):
+            check_inputs(Z.init, "Z")
+        elif is_concrete(Z):
+            Z = check_inputs(jnp.asarray(Z, dtype=jnp.result_type(float)), "Z")
+        if jitter is not None and not (np.isfinite(jitter) and jitter >= 0):
+            raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
+        self._set(Z=Z, jitter=jitter)
+
+    @property
+    def num_features(self):
+        Z = self.Z.init if isinstance(self.Z, Param) else self.Z
+        return Z.shape[0]
+
+    def relative_jitter(self, dtype):
+        if self.jitter is not None:
+            return self.jitter
+        return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5
+
+
+@Kuu.register(InducingPoints, Kernel)
+def _kuu_inducing_points(feature, kernel):
+    K = kernel(feature.Z)
+    eps = feature.relative_jitter(K.dtype) * jnp.mean(kernel.diag(feature.Z))
+    return Dense(K, jitter=eps)
+
+
+@Kuf.register(InducingPoints, Kernel)
+def _kuf_inducing_points(feature, kernel, X):
+    return kernel(feature.Z, X)
