@@ -1,0 +1,413 @@
+r"""Observation models: NumPyro distributions plus the variational expectation.
+
+A :class:`Likelihood` maps the latent GP value :math:`f` to a NumPyro distribution :math:`p(y\mid f)`
+and provides the three Gaussian integrals every approximation needs, for :math:`q(f) = \mathcal N(m, v)`
+taken pointwise:
+
+* the variational expectation :math:`\mathbb E_{q(f)}[\log p(y\mid f)]` (the ELBO's data term);
+* the predictive mean and variance of :math:`y` under :math:`\int p(y\mid f)\,q(f)\,df`;
+* the predictive log density :math:`\log \int p(y\mid f)\,q(f)\,df` (for the NLPD).
+
+Closed forms are used where they exist (Gaussian; Poisson with log link and exposure; the probit
+predictive); otherwise the library's single Gauss–Hermite rule :func:`gauss_hermite` is used.
+
+Parameter fields (``variance``, ``df``, ``scale``, ``exposure``) follow :mod:`ppl_sparsegp._module`:
+a number or array is fixed, a NumPyro distribution is a prior (a sample site after
+:func:`~ppl_sparsegp._module.instantiate`), a :class:`~ppl_sparsegp._module.Param` is optimised.
+
+**References**
+
+1. Hensman, Matthews, Ghahramani (2015). Scalable variational Gaussian process classification. AISTATS.
+2. Hensman, Durrande, Solin (2018). Variational Fourier features for Gaussian processes. JMLR.
+3. Rasmussen, Williams (2006). Gaussian Processes for Machine Learning, §3.9 (probit predictive).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from jax.scipy.special import gammaln, log_ndtr, logsumexp, ndtr
+from numpyro.distributions import Distribution
+
+from ._module import Module, Param, is_concrete
+
+__all__ = [
+    "gauss_hermite",
+    "log_gauss_hermite",
+    "Likelihood",
+    "Gaussian",
+    "Bernoulli",
+    "Poisson",
+    "StudentT",
+]
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The Gauss–Hermite rule
+# ---------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _hermgauss(num_points: int):
+    """Nodes x_i, weights w_i/√π and log(w_i/√π) of the n-point physicists' Hermite rule (float64)."""
+    if not isinstance(num_points, (int, np.integer)) or num_points < 1:
+        raise ValueError(f"num_points must be a positive integer, got {num_points!r}")
+    x, w = np.polynomial.hermite.hermgauss(int(num_points))
+    w = w / np.sqrt(np.pi)
+    for a in (x, w):
+        a.setflags(write=False)
+    logw = np.log(w)
+    logw.setflags(write=False)
+    return x, w, logw
+
+
+def _float_dtype(*xs):
+    dt = jnp.result_type(*xs)
+    if not jnp.issubdtype(dt, jnp.floating):
+        dt = jnp.result_type(float)
+    return dt
+
+
+def _as_float(y, dtype):
+    """Integer/bool observations as ``dtype`` (so int counts do not promote float32 to float64)."""
+    y = jnp.asarray(y)
+    return y if jnp.issubdtype(y.dtype, jnp.floating) else y.astype(dtype)
+
+
+def _broadcast_yf(y, mean, var):
+    """Broadcast ``mean`` and ``var`` to the joint shape with ``y`` (so GH nodes align with ``y``)."""
+    y, mean, var = jnp.asarray(y), jnp.asarray(mean), jnp.asarray(var)
+    shape = jnp.broadcast_shapes(y.shape, mean.shape, var.shape)
+    return y, jnp.broadcast_to(mean, shape), jnp.broadcast_to(var, shape)
+
+
+def _gh_nodes(mean, var, num_points):
+    dtype = _float_dtype(mean, var)
+    mean, var = jnp.broadcast_arrays(jnp.asarray(mean, dtype), jnp.asarray(var, dtype))
+    x, w, logw = _hermgauss(num_points)
+    x = jnp.asarray(x, dtype).reshape((-1,) + (1,) * mean.ndim)
+    f = mean + jnp.sqrt(2.0 * var) * x  # f_i = m + √(2v) x_i
+    return f, jnp.asarray(w, dtype), jnp.asarray(logw, dtype)
+
+
+def gauss_hermite(fn, mean, var, num_points: int = 20):
+    r"""Gauss–Hermite estimate of :math:`\mathbb E_{\mathcal N(f\mid m, v)}[g(f)]`, elementwise.
+
+    .. math:: \mathbb E[g(f)] \approx \sum_{i=1}^{n} \frac{w_i}{\sqrt\pi}\, g\big(m + \sqrt{2v}\,x_i\big)
+
+    with :math:`(x_i, w_i)` the ``numpy.polynomial.hermite.hermgauss`` rule (cached per ``n``, cast to
+    the dtype of ``mean``/``var``). Exact for polynomials :math:`g` of degree :math:`\le 2n-1`.
+    This is the only Gauss–Hermite rule of the library.
+
+    :param fn: ``g``; receives ``f`` of shape ``(num_points, *batch)``, ``batch`` the broadcast shape
+        of ``mean`` and ``var``, and returns the same shape.
+    :param mean: :math:`m`, array.
+    :param var: :math:`v \ge 0`, array broadcastable with ``mean``.
+    :param num_points: :math:`n`.
+    :returns: array of shape ``batch``.
+    """
+    f, w, _ = _gh_nodes(mean, var, num_points)
+    return jnp.tensordot(w, fn(f), axes=1)
+
+
+def log_gauss_hermite(log_fn, mean, var, num_points: int = 20):
+    r"""Log of :func:`gauss_hermite` applied to :math:`\exp(\ell(f))`, computed stably in log space.
+
+    .. math:: \log \mathbb E[e^{\ell(f)}] \approx \operatorname{logsumexp}_i
+              \Big(\log\frac{w_i}{\sqrt\pi} + \ell\big(m + \sqrt{2v}\,x_i\big)\Big)
+
+    Same nodes as :func:`gauss_hermite`; ``log_fn`` follows the same shape convention.
+    """
+    f, _, logw = _gh_nodes(mean, var, num_points)
+    vals = log_fn(f)
+    logw = logw.reshape((-1,) + (1,) * (vals.ndim - 1))
+    return logsumexp(logw + vals, axis=0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Base class
+# ---------------------------------------------------------------------------------------------------
+class Likelihood(Module):
+    r"""Base observation model :math:`p(y\mid f)` with Gauss–Hermite defaults.
+
+    Subclasses implement :meth:`dist` and override the integrals that have closed forms.
+    ``num_points`` (static) is the Gauss–Hermite order used by the defaults.
+    """
+
+    _static = ("num_points",)
+
+    def __init__(self, *, num_points: int = 20):
+        _hermgauss(num_points)  # validates num_points
+        self._set(num_points=int(num_points))
+
+    # -- parameters --------------------------------------------------------------------------------
+    def _param(self, name, dtype):
+        value = getattr(self, name)
+        if isinstance(value, (Distribution, Param)):
+            raise TypeError(
+                f"{type(self).__name__}.{name} holds a template ({type(value).__name__}); call "
+                "ppl_sparsegp._module.instantiate(likelihood) inside the model before using it")
+        return jnp.asarray(value, dtype)
+
+    # -- the model ---------------------------------------------------------------------------------
+    def dist(self, f) -> Distribution:
+        """The NumPyro distribution of ``y`` given latent ``f`` (batch shape ``f.shape``)."""
+        raise NotImplementedError
+
+    def log_prob(self, y, f):
+        r""":math:`\log p(y\mid f)`, elementwise."""
+        return self.dist(f).log_prob(y)
+
+    # -- Gaussian integrals ------------------------------------------------------------------------
+    def variational_expectation(self, y, mean, var):
+        r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here).
+
+        :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
+        """
+        y, mean, var = _broadcast_yf(y, mean, var)
+        return gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)
+
+    def predict_mean_and_var(self, mean, var):
+        r"""Mean and variance of :math:`y` under :math:`\int p(y\mid f)\,\mathcal N(f\mid m, v)\,df`.
+
+        Law of total variance, by Gauss–Hermite:
+        :math:`\mathbb E[y] = \mathbb E[\mu(f)]`,
+        :math:`\mathrm{Var}[y] = \mathbb E[\sigma^2(f)] + \mathbb E[(\mu(f) - \mathbb E[y])^2]`.
+        """
+        def mu(f):
+            return self.dist(f).mean
+
+        ey = gauss_hermite(mu, mean, var, self.num_points)
+        e_var = gauss_hermite(lambda f: self.dist(f).variance, mean, var, self.num_points)
+        var_mu = gauss_hermite(lambda f: (mu(f) - ey) ** 2, mean, var, self.num_points)
+        return ey, e_var + var_mu
+
+    def predict_log_density(self, y, mean, var):
+        r"""Per-point :math:`\log \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df` (for the NLPD).
+
+        Default: :func:`log_gauss_hermite` of :meth:`log_prob`.
+        """
+        y, mean, var = _broadcast_yf(y, mean, var)
+        return log_gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)
+
+    # -- data --------------------------------------------------------------------------------------
+    def validate(self, y, name: str = "y"):
+        """Check observations; raise ``ValueError`` naming ``name``. Skipped for traced ``y``.
+
+        :returns: ``jnp.asarray(y)``.
+        """
+        if is_concrete(y):
+            try:
+                arr = np.asarray(y, dtype=float)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name} must be numeric, got {type(y).__name__}") from e
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"{name} contains NaN or inf")
+            self._validate_values(arr, name)
+        return jnp.asarray(y)
+
+    def _validate_values(self, arr, name):
+        """Likelihood-specific checks on a finite float64 numpy copy of ``y``."""
+
+    def subsample(self, idx):
+        """This likelihood restricted to the observations ``idx`` (for minibatching)."""
+        return self
+
+
+# ---------------------------------------------------------------------------------------------------
+# Concrete likelihoods
+# ---------------------------------------------------------------------------------------------------
+class Gaussian(Likelihood):
+    r"""Gaussian noise :math:`y \mid f \sim \mathcal N(f, \sigma^2)`.
+
+    Closed forms:
+
+    .. math::
+        \mathbb E_q[\log p(y\mid f)] &= -\tfrac12\log(2\pi\sigma^2) - \frac{(y-m)^2 + v}{2\sigma^2},\\
+        \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df &= \mathcal N(y\mid m, v + \sigma^2).
+
+    :param variance: :math:`\sigma^2 > 0` (number, array, prior or Param).
+    """
+
+    _params = ("variance",)
+    _positive = ("variance",)
+
+    def __init__(self, variance=1.0, *, num_points: int = 20):
+        super().__init__(num_points=num_points)
+        self._set(variance=variance)
+
+    def dist(self, f):
+        f = jnp.asarray(f)
+        s2 = self._param("variance", _float_dtype(f))
+        return dist.Normal(f, jnp.sqrt(s2))
+
+    def variational_expectation(self, y, mean, var):
+        dtype = _float_dtype(mean, var)
+        s2 = self._param("variance", dtype)
+        y = _as_float(y, dtype)
+        # -½ log(2πσ²) − ((y − m)² + v) / (2σ²)
+        return -0.5 * (_LOG_2PI + jnp.log(s2)) - ((y - mean) ** 2 + var) / (2.0 * s2)
+
+    def predict_mean_and_var(self, mean, var):
+        s2 = self._param("variance", _float_dtype(mean, var))
+        mean, var = jnp.broadcast_arrays(jnp.asarray(mean), jnp.asarray(var))
+        return mean + jnp.zeros_like(s2), var + s2  # y ~ N(m, v + σ²)
+
+    def predict_log_density(self, y, mean, var):
+        dtype = _float_dtype(mean, var)
+        s2 = self._param("variance", dtype)
+        y = _as_float(y, dtype)
+        tot = var + s2
+        # log N(y | m, v + σ²)
+        return -0.5 * (_LOG_2PI + jnp.log(tot) + (y - mean) ** 2 / tot)
+
+
+class Bernoulli(Likelihood):
+    r"""Binary classification :math:`p(y=1\mid f) = \sigma(f)` (logit) or :math:`\Phi(f)` (probit).
+
+    The variational expectation is by Gauss–Hermite. For the probit link the predictive is closed form:
+
+    .. math:: p(y=1) = \int \Phi(f)\,\mathcal N(f\mid m, v)\,df = \Phi\!\big(m/\sqrt{1+v}\big)
+
+    (Rasmussen & Williams Eq. 3.82 [3]); for the logit link it is by Gauss–Hermite.
+
+    :param link: ``"logit"`` or ``"probit"`` (static).
+    """
+
+    _static = ("link", "num_points")
+    LINKS = ("logit", "probit")
+
+    def __init__(self, link: str = "logit", *, num_points: int = 20):
+        if link not in self.LINKS:
+            raise ValueError(f"Bernoulli: link must be one of {self.LINKS}, got {link!r}")
+        super().__init__(num_points=num_points)
+        self._set(link=link)
+
+    def _logits(self, f):
+        f = jnp.asarray(f)
+        if self.link == "logit":
+            return f
+        # logit(Φ(f)) = log Φ(f) − log Φ(−f), stable in both tails
+        return log_ndtr(f) - log_ndtr(-f)
+
+    def dist(self, f):
+        return dist.BernoulliLogits(logits=self._logits(f))
+
+    def predict_mean_and_var(self, mean, var):
+        if self.link == "probit":
+            p = ndtr(mean / jnp.sqrt(1.0 + var))  # p(y=1) = Φ(m / √(1+v))
+        else:
+            p = gauss_hermite(jax.nn.sigmoid, mean, var, self.num_points)
+        return p, p * (1.0 - p)  # Var[y] = p(1 − p)
+
+    def predict_log_density(self, y, mean, var):
+        if self.link == "probit":
+            z = mean / jnp.sqrt(1.0 + var)
+            # log p(y) = log Φ((2y − 1) m / √(1+v))
+            return log_ndtr((2.0 * y - 1.0) * z)
+        return super().predict_log_density(y, mean, var)
+
+    def _validate_values(self, arr, name):
+        if not np.all((arr == 0) | (arr == 1)):
+            bad = np.unique(arr[(arr != 0) & (arr != 1)])[:5]
+            raise ValueError(f"{name}: labels must be 0 or 1, got values {bad.tolist()}")
+
+
+class Poisson(Likelihood):
+    r"""Counts with log link and exposure :math:`y \mid f \sim \mathrm{Poisson}(\Delta e^{f})`.
+
+    Closed forms (VFF notes [2]):
+
+    .. math::
+        \mathbb E_q[\log p(y\mid f)] &= y(m + \log\Delta) - \Delta e^{m + v/2} - \log y!,\\
+        \mathbb E[y] &= \Delta e^{m + v/2}, \qquad
+        \mathrm{Var}[y] = \mathbb E[y] + \Delta^2 (e^{v} - 1) e^{2m + v}.
+
+    The predictive log density is by Gauss–Hermite.
+
+    :param exposure: :math:`\Delta > 0`, scalar or one per observation (then :meth:`subsample`
+        indexes it).
+    """
+
+    _params = ("exposure",)
+    _positive = ("exposure",)
+
+    def __init__(self, exposure=1.0, *, num_points: int = 20):
+        super().__init__(num_points=num_points)
+        self._set(exposure=exposure)
+
+    def dist(self, f):
+        f = jnp.asarray(f)
+        expo = self._param("exposure", _float_dtype(f))
+        return dist.Poisson(expo * jnp.exp(f))
+
+    def log_prob(self, y, f):
+        f = jnp.asarray(f)
+        expo = self._param("exposure", _float_dtype(f))
+        y = _as_float(y, _float_dtype(f))
+        # y (f + log Δ) − Δ e^f − log y!   (no underflow of the rate to 0)
+        return y * (f + jnp.log(expo)) - expo * jnp.exp(f) - gammaln(y + 1.0)
+
+    def variational_expectation(self, y, mean, var):
+        dtype = _float_dtype(mean, var)
+        expo = self._param("exposure", dtype)
+        y = _as_float(y, dtype)
+        # y (m + log Δ) − Δ exp(m + v/2) − log y!
+        return y * (mean + jnp.log(expo)) - expo * jnp.exp(mean + 0.5 * var) - gammaln(y + 1.0)
+
+    def predict_mean_and_var(self, mean, var):
+        expo = self._param("exposure", _float_dtype(mean, var))
+        ey = expo * jnp.exp(mean + 0.5 * var)  # E[y] = Δ e^{m + v/2}
+        # Var[y] = E[y] + Δ² (e^v − 1) e^{2m + v}
+        return ey, ey + expo**2 * jnp.expm1(var) * jnp.exp(2.0 * mean + var)
+
+    def _validate_values(self, arr, name):
+        if not np.all((arr >= 0) & (arr == np.floor(arr))):
+            bad = np.unique(arr[(arr < 0) | (arr != np.floor(arr))])[:5]
+            raise ValueError(f"{name}: counts must be non-negative integers, got values {bad.tolist()}")
+
+    def subsample(self, idx):
+        e = self.exposure
+        if isinstance(e, (Distribution, Param)) or jnp.ndim(e) == 0:
+            return self
+        return self.replace(exposure=jnp.asarray(e)[idx])
+
+
+class StudentT(Likelihood):
+    r"""Heavy-tailed noise :math:`y \mid f \sim \mathrm{StudentT}(\nu, f, s)`.
+
+    Variational expectation and predictive log density by Gauss–Hermite. Predictive moments:
+
+    .. math:: \mathbb E[y] = m, \qquad
+              \mathrm{Var}[y] = v + s^2\,\frac{\nu}{\nu - 2}\ (\nu > 2), \quad \infty\ (\nu \le 2).
+
+    Accuracy: the log-density has complex poles at :math:`f = y \pm i s\sqrt\nu`, so when :math:`v \gg s^2`
+    raise ``num_points`` (at :math:`v/s^2 = 12`, :math:`\nu = 4`: 20 nodes err by ~1e-2 in the VE and
+    ~0.1 in the log density; 100 nodes by ~1e-5 and ~1e-3).
+
+    :param df: :math:`\nu > 0`.
+    :param scale: :math:`s > 0`.
+    """
+
+    _params = ("df", "scale")
+    _positive = ("df", "scale")
+
+    def __init__(self, df=3.0, scale=1.0, *, num_points: int = 20):
+        super().__init__(num_points=num_points)
+        self._set(df=df, scale=scale)
+
+    def dist(self, f):
+        f = jnp.asarray(f)
+        dtype = _float_dtype(f)
+        return dist.StudentT(self._param("df", dtype), f, self._param("scale", dtype))
+
+    def predict_mean_and_var(self, mean, var):
+        dtype = _float_dtype(mean, var)
+        nu, s = self._param("df", dtype), self._param("scale", dtype)
+        safe = jnp.where(nu > 2.0, nu - 2.0, 1.0)  # keeps gradients finite in the unused branch
+        noise = jnp.where(nu > 2.0, s**2 * nu / safe, jnp.inf)  # s² ν / (ν − 2)
+        mean, var = jnp.broadcast_arrays(jnp.asarray(mean), jnp.asarray(var))
+        return mean + jnp.zeros_like(noise), var + noise
