@@ -1,0 +1,719 @@
+"""Structured symmetric positive-definite operators.
+
+Every operator here represents a symmetric positive-(semi)definite ``n x n`` matrix :math:`K` without
+storing it densely. Operators are immutable pytrees (:class:`~ppl_sparsegp._module.Module`), so they pass
+through ``jax.jit``, ``jax.vmap`` and ``jax.grad``; validation of constructor arguments runs only on
+concrete (non-traced) values.
+
+Each operator provides ``matmul``, ``solve``, ``logdet``, ``diagonal``, ``inv_quad``, ``trace_solve`` and
+a square-root factor :math:`R` with :math:`R R^\\top = K`, which may be non-square (``n x n'`` with
+``n' = sqrt_cols``), used through ``sqrt_matmul`` (:math:`R V`), ``sqrt_rmatmul`` (:math:`R^\\top X`)
+and ``whiten`` (:math:`R^\\top K^{-1} B`). Only :meth:`LinearOperator.to_dense` and
+:meth:`LinearOperator.sqrt` form dense matrices; an operation a structure cannot do fast raises
+``NotImplementedError`` instead of densifying silently.
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import block_diag, cho_solve, solve_triangular
+
+from ._module import Module, is_concrete
+
+__all__ = [
+    "LinearOperator",
+    "Dense",
+    "Diagonal",
+    "Identity",
+    "DiagPlusLowRank",
+    "BlockDiag",
+    "Kronecker",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+def _as_float(x):
+    """``x`` as an array of a floating dtype (integers promoted to the default float)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def _bcast(v, X):
+    """Reshape the 1-D ``v`` so that it scales the leading axis of ``X`` (``(n,)`` or ``(n, k)``)."""
+    return v.reshape(v.shape + (1,) * (X.ndim - 1))
+
+
+def _check_rhs(op, X, n, method, arg="B"):
+    X = jnp.asarray(X)
+    if X.ndim not in (1, 2) or X.shape[0] != n:
+        raise ValueError(
+            f"{type(op).__name__}.{method}: {arg} must have shape ({n},) or ({n}, k), got {X.shape}")
+    return X
+
+
+def _all_finite(x) -> bool:
+    return bool(np.all(np.isfinite(np.asarray(x))))
+
+
+def _split(X, sizes):
+    """Split the leading axis of ``X`` into consecutive pieces of the given (static) sizes."""
+    out, start = [], 0
+    for s in sizes:
+        out.append(X[start:start + s])
+        start += s
+    return out
+
+
+def _kron_apply(maps, in_sizes, X):
+    """Apply :math:`(A_1 \\otimes \\dots \\otimes A_d)` to ``X`` without forming the product.
+
+    With ``jnp.kron`` ordering (first factor varies slowest), row index ``i`` of ``X`` is the C-order
+    flattening of ``(i_1, ..., i_d)``; reshaping to ``(n_1, ..., n_d, k)`` and applying :math:`A_j`
+    along axis ``j`` for every ``j`` gives :math:`(\\otimes_j A_j) X`.
+
+    :param maps: one callable per factor, mapping an array ``(in_j, m)`` to ``(out_j, m)``.
+    :param in_sizes: the input size ``in_j`` of every factor; ``X.shape[0] == prod(in_sizes)``.
+    :param X: ``(prod(in_sizes),)`` or ``(prod(in_sizes), k)``.
+    :returns: ``(prod(out_sizes),)`` or ``(prod(out_sizes), k)``.
+    """
+    X = jnp.asarray(X)
+    vec = X.ndim == 1
+    if vec:
+        X = X[:, None]
+    k = X.shape[1]
+    Y = X.reshape(tuple(in_sizes) + (k,))
+    for axis, f in enumerate(maps):
+        Y = jnp.moveaxis(Y, axis, 0)
+        rest = Y.shape[1:]
+        Z = f(Y.reshape(Y.shape[0], math.prod(rest)))
+        Y = jnp.moveaxis(Z.reshape((Z.shape[0],) + rest), 0, axis)
+    out = Y.reshape(math.prod(Y.shape[:-1]), k)
+    return out[:, 0] if vec else out
+
+
+# --------------------------------------------------------------------------------------------------
+# base class
+# --------------------------------------------------------------------------------------------------
+class LinearOperator(Module):
+    """A symmetric positive-definite ``n x n`` matrix :math:`K` in structured form.
+
+    Subclasses implement :meth:`matmul`, :meth:`solve`, :meth:`logdet`, :meth:`diagonal`,
+    :meth:`sqrt_matmul`, :meth:`sqrt_rmatmul`, :meth:`sqrt`, :meth:`to_dense` and the properties
+    :attr:`size`, :attr:`dtype`, :attr:`sqrt_cols`. The square-root factor :math:`R` satisfies
+    :math:`R R^\\top = K` and has shape ``(n, sqrt_cols)``.
+    """
+
+    # -- shape ---------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """``n``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define size")
+
+    @property
+    def shape(self) -> tuple:
+        """``(n, n)``."""
+        return (self.size, self.size)
+
+    @property
+    def dtype(self):
+        raise NotImplementedError(f"{type(self).__name__} does not define dtype")
+
+    @property
+    def sqrt_cols(self) -> int:
+        """Number of columns ``n'`` of the square-root factor :math:`R` (``n x n'``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define sqrt_cols")
+
+    # -- core operations ---------------------------------------------------------------------------
+    def _unsupported(self, what):
+        raise NotImplementedError(f"{type(self).__name__} does not implement {what}")
+
+    def matmul(self, B):
+        """:math:`K B` for ``B`` of shape ``(n,)`` or ``(n, k)``."""
+        self._unsupported("matmul")
+
+    def __matmul__(self, B):
+        return self.matmul(B)
+
+    def solve(self, B):
+        """:math:`K^{-1} B` for ``B`` of shape ``(n,)`` or ``(n, k)``."""
+        self._unsupported("solve")
+
+    def logdet(self):
+        """:math:`\\log |K|`."""
+        self._unsupported("logdet")
+
+    def diagonal(self):
+        """:math:`\\operatorname{diag}(K)`, shape ``(n,)``."""
+        self._unsupported("diagonal")
+
+    def sqrt(self):
+        """The dense square-root factor :math:`R` (``n x sqrt_cols``), :math:`R R^\\top = K`.
+
+        Densifying: meant for tests and small problems.
+        """
+        self._unsupported("sqrt")
+
+    def sqrt_matmul(self, V):
+        """:math:`R V` for ``V`` of shape ``(n',)`` or ``(n', k)`` (structured)."""
+        self._unsupported("sqrt_matmul")
+
+    def sqrt_rmatmul(self, X):
+        """:math:`R^\\top X` for ``X`` of shape ``(n,)`` or ``(n, k)`` (structured)."""
+        self._unsupported("sqrt_rmatmul")
+
+    def to_dense(self):
+        """The dense matrix :math:`K` (densifying: meant for tests)."""
+        self._unsupported("to_dense")
+
+    # -- derived operations ------------------------------------------------------------------------
+    def whiten(self, B):
+        """:math:`R^\\top K^{-1} B`, shape ``(n', ...)``.
+
+        If :math:`B = K a`, then ``whiten(B)`` :math:`= R^\\top a`, and
+        :math:`\\|R^\\top K^{-1} b\\|^2 = b^\\top K^{-1} b`.
+        """
+        return self.sqrt_rmatmul(self.solve(B))
+
+    def inv_quad(self, b):
+        """:math:`b^\\top K^{-1} b` (a scalar for ``b`` of shape ``(n,)``, per column for ``(n, k)``)."""
+        b = _check_rhs(self, b, self.size, "inv_quad", "b")
+        return jnp.sum(b * self.solve(b), axis=0)
+
+    def trace_solve(self, S: "LinearOperator"):
+        """:math:`\\operatorname{tr}(K^{-1} S)` for another operator ``S`` of the same size.
+
+        General case: :math:`\\operatorname{tr}(K^{-1} S) = \\operatorname{tr}(R_S^\\top K^{-1} R_S)`
+        with ``S.sqrt()`` (which forms the dense factor of ``S``). Subclasses add fast paths.
+        """
+        self._check_same_size(S, "trace_solve")
+        RS = S.sqrt()
+        return jnp.sum(self.solve(RS) * RS)
+
+    def _check_same_size(self, S, method):
+        if not isinstance(S, LinearOperator):
+            raise ValueError(f"{type(self).__name__}.{method}: S must be a LinearOperator, got "
+                             f"{type(S).__name__}")
+        if S.size != self.size:
+            raise ValueError(f"{type(self).__name__}.{method}: S must have size {self.size}, "
+                             f"got {S.size}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Dense
+# --------------------------------------------------------------------------------------------------
+class Dense(LinearOperator):
+    """A dense SPD matrix held with its lower Cholesky factor :math:`L`, :math:`K = L L^\\top`.
+
+    :param matrix: ``(n, n)`` symmetric positive-definite matrix (only its lower triangle is read
+        by the factorisation).
+    :param jitter: added to the diagonal before factorising; the stored ``matrix`` includes it.
+    :raises numpy.linalg.LinAlgError: if the Cholesky factorisation of a concrete matrix fails.
+    """
+
+    _params = ("matrix", "chol")
+
+    def __init__(self, matrix, jitter=0.0):
+        matrix = _as_float(matrix)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"Dense: matrix must be a square 2-D array, got shape {matrix.shape}")
+        if is_concrete(matrix) and not _all_finite(matrix):
+            raise ValueError("Dense: matrix contains NaN or inf")
+        if is_concrete(jitter) and not (_all_finite(jitter) and bool(np.all(np.asarray(jitter) >= 0))):
+            raise ValueError(f"Dense: jitter must be finite and >= 0, got {jitter!r}")
+        n = matrix.shape[0]
+        if not (isinstance(jitter, (int, float)) and jitter == 0):
+            matrix = matrix + jitter * jnp.eye(n, dtype=matrix.dtype)
+        chol = jnp.linalg.cholesky(matrix)
+        if is_concrete(matrix) and not _all_finite(chol):
+            raise np.linalg.LinAlgError(
+                f"Dense: matrix ({n}x{n}) is not positive definite (Cholesky failed); "
+                f"pass a larger jitter= (e.g. 1e-6 times the mean diagonal) or check the matrix")
+        self._set(matrix=matrix, chol=chol)
+
+    @classmethod
+    def from_cholesky(cls, L) -> "Dense":
+        """Build from a lower-triangular factor :math:`L` (no factorisation): :math:`K = L L^\\top`."""
+        L = _as_float(L)
+        if L.ndim != 2 or L.shape[0] != L.shape[1]:
+            raise ValueError(f"Dense.from_cholesky: L must be a square 2-D array, got shape {L.shape}")
+        if is_concrete(L) and not _all_finite(L):
+            raise ValueError("Dense.from_cholesky: L contains NaN or inf")
+        obj = object.__new__(cls)
+        obj._set(matrix=L @ L.T, chol=L)
+        return obj
+
+    @property
+    def size(self):
+        return self.chol.shape[-1]
+
+    @property
+    def dtype(self):
+        return self.chol.dtype
+
+    @property
+    def sqrt_cols(self):
+        return self.size
+
+    def matmul(self, B):
+        B = _check_rhs(self, B, self.size, "matmul")
+        return self.matrix @ B
+
+    def solve(self, B):
+        """:math:`K^{-1} B = L^{-\\top} L^{-1} B`."""
+        B = _check_rhs(self, B, self.size, "solve")
+        return cho_solve((self.chol, True), B)
+
+    def logdet(self):
+        """:math:`\\log|K| = 2 \\sum_i \\log L_{ii}`."""
+        return 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.chol)))
+
+    def diagonal(self):
+        return jnp.diagonal(self.matrix)
+
+    def sqrt(self):
+        return self.chol
+
+    def sqrt_matmul(self, V):
+        V = _check_rhs(self, V, self.size, "sqrt_matmul", "V")
+        return self.chol @ V
+
+    def sqrt_rmatmul(self, X):
+        X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
+        return self.chol.T @ X
+
+    def whiten(self, B):
+        """:math:`R^\\top K^{-1} B = L^{-1} B` (one triangular solve)."""
+        B = _check_rhs(self, B, self.size, "whiten")
+        return solve_triangular(self.chol, B, lower=True)
+
+    def inv_quad(self, b):
+        """:math:`b^\\top K^{-1} b = \\|L^{-1} b\\|^2`."""
+        b = _check_rhs(self, b, self.size, "inv_quad", "b")
+        return jnp.sum(self.whiten(b) ** 2, axis=0)
+
+    def trace_solve(self, S):
+        """:math:`\\operatorname{tr}(K^{-1} S) = \\|L^{-1} R_S\\|_F^2` (``L`` square, so exact)."""
+        self._check_same_size(S, "trace_solve")
+        return jnp.sum(self.whiten(S.sqrt()) ** 2)
+
+    def to_dense(self):
+        return self.matrix
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagonal and Identity
+# --------------------------------------------------------------------------------------------------
+class Diagonal(LinearOperator):
+    """:math:`K = \\operatorname{diag}(d)`, :math:`d > 0`; :math:`R = \\operatorname{diag}(\\sqrt d)`.
+
+    :param d: ``(n,)`` positive diagonal.
+    """
+
+    _params = ("d",)
+
+    def __init__(self, d):
+        d = _as_float(d)
+        if d.ndim != 1:
+            raise ValueError(f"Diagonal: d must be 1-D, got shape {d.shape}")
+        if is_concrete(d):
+            if not _all_finite(d):
+                raise ValueError("Diagonal: d contains NaN or inf")
+            if not bool(np.all(np.asarray(d) > 0)):
+                raise ValueError(f"Diagonal: d must be > 0, got min {float(np.min(np.asarray(d)))}")
+        self._set(d=d)
+
+    @property
+    def size(self):
+        return self.d.shape[-1]
+
+    @property
+    def dtype(self):
+        return self.d.dtype
+
+    @property
+    def sqrt_cols(self):
+        return self.size
+
+    def matmul(self, B):
+        B = _check_rhs(self, B, self.size, "matmul")
+        return _bcast(self.d, B) * B
+
+    def solve(self, B):
+        B = _check_rhs(self, B, self.size, "solve")
+        return B / _bcast(self.d, B)
+
+    def logdet(self):
+        return jnp.sum(jnp.log(self.d))
+
+    def diagonal(self):
+        return self.d
+
+    def sqrt(self):
+        return jnp.diag(jnp.sqrt(self.d))
+
+    def sqrt_matmul(self, V):
+        V = _check_rhs(self, V, self.size, "sqrt_matmul", "V")
+        return _bcast(jnp.sqrt(self.d), V) * V
+
+    def sqrt_rmatmul(self, X):
+        X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
+        return _bcast(jnp.sqrt(self.d), X) * X
+
+    def whiten(self, B):
+        """:math:`D^{1/2} D^{-1} B = D^{-1/2} B`."""
+        B = _check_rhs(self, B, self.size, "whiten")
+        return B / _bcast(jnp.sqrt(self.d), B)
+
+    def trace_solve(self, S):
+        """:math:`\\operatorname{tr}(D^{-1} S) = \\sum_i S_{ii} / d_i`."""
+        self._check_same_size(S, "trace_solve")
+        return jnp.sum(S.diagonal() / self.d)
+
+    def to_dense(self):
+        return jnp.diag(self.d)
+
+
+class Identity(LinearOperator):
+    """:math:`K = I_n`; every operation is free or :math:`O(n)`.
+
+    :param n: size (static).
+    :param dtype: floating dtype (default: JAX's default float, float64 when x64 is enabled).
+    """
+
+    _static = ("n", "_dtype")
+
+    def __init__(self, n: int, dtype=None):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"Identity: n must be a positive int, got {n!r}")
+        dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
+        self._set(n=int(n), _dtype=dtype)
+
+    @property
+    def size(self):
+        return self.n
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def sqrt_cols(self):
+        return self.n
+
+    def matmul(self, B):
+        return _check_rhs(self, B, self.n, "matmul")
+
+    def solve(self, B):
+        return _check_rhs(self, B, self.n, "solve")
+
+    def logdet(self):
+        return jnp.zeros((), dtype=self._dtype)
+
+    def diagonal(self):
+        return jnp.ones(self.n, dtype=self._dtype)
+
+    def sqrt(self):
+        return jnp.eye(self.n, dtype=self._dtype)
+
+    def sqrt_matmul(self, V):
+        return _check_rhs(self, V, self.n, "sqrt_matmul", "V")
+
+    def sqrt_rmatmul(self, X):
+        return _check_rhs(self, X, self.n, "sqrt_rmatmul", "X")
+
+    def whiten(self, B):
+        return _check_rhs(self, B, self.n, "whiten")
+
+    def trace_solve(self, S):
+        """:math:`\\operatorname{tr}(S) = \\sum_i S_{ii}`."""
+        self._check_same_size(S, "trace_solve")
+        return jnp.sum(S.diagonal())
+
+    def to_dense(self):
+        return jnp.eye(self.n, dtype=self._dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# diagonal plus low rank
+# --------------------------------------------------------------------------------------------------
+class DiagPlusLowRank(LinearOperator):
+    """:math:`K = D + B B^\\top` with :math:`D = \\operatorname{diag}(d)`, ``B`` of shape ``(n, r)``.
+
+    With the capacitance :math:`C = I_r + B^\\top D^{-1} B`:
+
+    * Woodbury: :math:`K^{-1} = D^{-1} - D^{-1} B C^{-1} B^\\top D^{-1}`;
+    * determinant lemma: :math:`\\log|K| = \\sum_i \\log d_i + \\log|C|`;
+    * square root :math:`R = [D^{1/2}, B]` of shape ``(n, n + r)``.
+
+    Every operation costs :math:`O(n r^2)` or less; no ``n x n`` matrix is formed except in
+    :meth:`to_dense` and :meth:`sqrt`.
+
+    :param d: ``(n,)`` positive diagonal.
+    :param B: ``(n, r)`` low-rank factor.
+    """
+
+    _params = ("d", "B")
+
+    def __init__(self, d, B):
+        d, B = _as_float(d), _as_float(B)
+        if d.ndim != 1:
+            raise ValueError(f"DiagPlusLowRank: d must be 1-D, got shape {d.shape}")
+        if B.ndim != 2:
+            raise ValueError(f"DiagPlusLowRank: B must be 2-D (n, r), got shape {B.shape}")
+        if B.shape[0] != d.shape[0]:
+            raise ValueError(f"DiagPlusLowRank: B must have {d.shape[0]} rows to match d, "
+                             f"got B of shape {B.shape}")
+        if is_concrete(d):
+            if not _all_finite(d):
+                raise ValueError("DiagPlusLowRank: d contains NaN or inf")
+            if not bool(np.all(np.asarray(d) > 0)):
+                raise ValueError(f"DiagPlusLowRank: d must be > 0, got min {float(np.min(np.asarray(d)))}")
+        if is_concrete(B) and not _all_finite(B):
+            raise ValueError("DiagPlusLowRank: B contains NaN or inf")
+        self._set(d=d, B=B)
+
+    @property
+    def size(self):
+        return self.d.shape[-1]
+
+    @property
+    def rank(self):
+        """``r``."""
+        return self.B.shape[-1]
+
+    @property
+    def dtype(self):
+        return jnp.result_type(self.d, self.B)
+
+    @property
+    def sqrt_cols(self):
+        return self.size + self.rank
+
+    def _capacitance_chol(self):
+        """Lower Cholesky factor of :math:`C = I_r + B^\\top D^{-1} B`."""
+        C = jnp.eye(self.rank, dtype=self.dtype) + self.B.T @ (self.B / self.d[:, None])
+        return jnp.linalg.cholesky(C)
+
+    def matmul(self, X):
+        X = _check_rhs(self, X, self.size, "matmul", "X")
+        return _bcast(self.d, X) * X + self.B @ (self.B.T @ X)
+
+    def solve(self, X):
+        """Woodbury: :math:`K^{-1} X = D^{-1} X - D^{-1} B C^{-1} B^\\top D^{-1} X`."""
+        X = _check_rhs(self, X, self.size, "solve", "X")
+        Dinv_X = X / _bcast(self.d, X)
+        Dinv_B = self.B / self.d[:, None]
+        return Dinv_X - Dinv_B @ cho_solve((self._capacitance_chol(), True), self.B.T @ Dinv_X)
+
+    def logdet(self):
+        """Determinant lemma: :math:`\\log|K| = \\sum_i \\log d_i + \\log|I_r + B^\\top D^{-1} B|`."""
+        Lc = self._capacitance_chol()
+        return jnp.sum(jnp.log(self.d)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc)))
+
+    def diagonal(self):
+        return self.d + jnp.sum(self.B ** 2, axis=1)
+
+    def sqrt(self):
+        return jnp.concatenate([jnp.diag(jnp.sqrt(self.d)), self.B], axis=1)
+
+    def sqrt_matmul(self, V):
+        """:math:`R V = D^{1/2} V_{:n} + B V_{n:}`."""
+        V = _check_rhs(self, V, self.sqrt_cols, "sqrt_matmul", "V")
+        n = self.size
+        return _bcast(jnp.sqrt(self.d), V[:n]) * V[:n] + self.B @ V[n:]
+
+    def sqrt_rmatmul(self, X):
+        """:math:`R^\\top X = [D^{1/2} X; B^\\top X]`."""
+        X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
+        return jnp.concatenate([_bcast(jnp.sqrt(self.d), X) * X, self.B.T @ X], axis=0)
+
+    def to_dense(self):
+        return jnp.diag(self.d) + self.B @ self.B.T
+
+
+# --------------------------------------------------------------------------------------------------
+# block diagonal
+# --------------------------------------------------------------------------------------------------
+def _check_operator_tuple(ops, cls, arg):
+    if isinstance(ops, LinearOperator) or not isinstance(ops, (tuple, list)):
+        raise ValueError(f"{cls}: {arg} must be a non-empty tuple of LinearOperator, "
+                         f"got {type(ops).__name__}")
+    ops = tuple(ops)
+    if len(ops) == 0:
+        raise ValueError(f"{cls}: {arg} must be a non-empty tuple of LinearOperator, got ()")
+    for i, op in enumerate(ops):
+        if not isinstance(op, LinearOperator):
+            raise ValueError(f"{cls}: {arg}[{i}] must be a LinearOperator, got {type(op).__name__}")
+    return ops
+
+
+class BlockDiag(LinearOperator):
+    """:math:`K = \\operatorname{blockdiag}(K_1, \\dots, K_b)`; every operation is blockwise.
+
+    :math:`\\log|K| = \\sum_j \\log|K_j|`; the square root is
+    :math:`R = \\operatorname{blockdiag}(R_1, \\dots, R_b)` with ``sqrt_cols`` :math:`= \\sum_j n'_j`.
+
+    :param blocks: non-empty tuple of :class:`LinearOperator` (any types and sizes).
+    """
+
+    _params = ("blocks",)
+
+    def __init__(self, blocks):
+        self._set(blocks=_check_operator_tuple(blocks, "BlockDiag", "blocks"))
+
+    @property
+    def block_sizes(self) -> tuple:
+        """The sizes ``n_j`` of the blocks."""
+        return tuple(b.size for b in self.blocks)
+
+    @property
+    def size(self):
+        return sum(self.block_sizes)
+
+    @property
+    def dtype(self):
+        return jnp.result_type(*[b.dtype for b in self.blocks])
+
+    @property
+    def sqrt_cols(self):
+        return sum(b.sqrt_cols for b in self.blocks)
+
+    def _blockwise(self, method, X, arg, in_sizes=None):
+        in_sizes = self.block_sizes if in_sizes is None else in_sizes
+        X = _check_rhs(self, X, sum(in_sizes), method, arg)
+        parts = _split(X, in_sizes)
+        return jnp.concatenate([getattr(b, method)(p) for b, p in zip(self.blocks, parts)], axis=0)
+
+    def matmul(self, B):
+        return self._blockwise("matmul", B, "B")
+
+    def solve(self, B):
+        return self._blockwise("solve", B, "B")
+
+    def whiten(self, B):
+        return self._blockwise("whiten", B, "B")
+
+    def sqrt_matmul(self, V):
+        return self._blockwise("sqrt_matmul", V, "V", tuple(b.sqrt_cols for b in self.blocks))
+
+    def sqrt_rmatmul(self, X):
+        return self._blockwise("sqrt_rmatmul", X, "X")
+
+    def logdet(self):
+        return sum(b.logdet() for b in self.blocks)
+
+    def diagonal(self):
+        return jnp.concatenate([b.diagonal() for b in self.blocks])
+
+    def trace_solve(self, S):
+        """Blockwise :math:`\\sum_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a
+        :class:`BlockDiag` with the same block sizes; the general rule otherwise."""
+        self._check_same_size(S, "trace_solve")
+        if isinstance(S, BlockDiag) and S.block_sizes == self.block_sizes:
+            return sum(b.trace_solve(s) for b, s in zip(self.blocks, S.blocks))
+        return super().trace_solve(S)
+
+    def sqrt(self):
+        return block_diag(*[b.sqrt() for b in self.blocks])
+
+    def to_dense(self):
+        return block_diag(*[b.to_dense() for b in self.blocks])
+
+
+# --------------------------------------------------------------------------------------------------
+# Kronecker
+# --------------------------------------------------------------------------------------------------
+class Kronecker(LinearOperator):
+    """:math:`K = K_1 \\otimes K_2 \\otimes \\dots \\otimes K_d` (``jnp.kron`` order: the first factor
+    varies slowest).
+
+    Products, solves and square-root maps apply each factor along its own axis of the reshaped
+    right-hand side: :math:`(\\otimes_j A_j) \\operatorname{vec}(X)`. With :math:`n = \\prod_j n_j`,
+    :math:`\\log|K| = \\sum_j (n / n_j) \\log|K_j|`, :math:`\\operatorname{diag}(K) = \\otimes_j
+    \\operatorname{diag}(K_j)`, and the square root is :math:`R = \\otimes_j R_j` with
+    ``sqrt_cols`` :math:`= \\prod_j n'_j`. The full matrix is formed only by :meth:`to_dense` and
+    :meth:`sqrt`.
+
+    :param factors: non-empty tuple of :class:`LinearOperator`.
+    """
+
+    _params = ("factors",)
+
+    def __init__(self, factors):
+        self._set(factors=_check_operator_tuple(factors, "Kronecker", "factors"))
+
+    @property
+    def factor_sizes(self) -> tuple:
+        """The sizes ``n_j`` of the factors."""
+        return tuple(f.size for f in self.factors)
+
+    @property
+    def size(self):
+        return math.prod(self.factor_sizes)
+
+    @property
+    def dtype(self):
+        return jnp.result_type(*[f.dtype for f in self.factors])
+
+    @property
+    def sqrt_cols(self):
+        return math.prod(f.sqrt_cols for f in self.factors)
+
+    def _apply(self, method, X, arg, in_sizes=None):
+        in_sizes = self.factor_sizes if in_sizes is None else in_sizes
+        X = _check_rhs(self, X, math.prod(in_sizes), method, arg)
+        return _kron_apply([getattr(f, method) for f in self.factors], in_sizes, X)
+
+    def matmul(self, B):
+        return self._apply("matmul", B, "B")
+
+    def solve(self, B):
+        """:math:`K^{-1} = \\otimes_j K_j^{-1}`."""
+        return self._apply("solve", B, "B")
+
+    def whiten(self, B):
+        """:math:`R^\\top K^{-1} = \\otimes_j R_j^\\top K_j^{-1}`."""
+        return self._apply("whiten", B, "B")
+
+    def sqrt_matmul(self, V):
+        return self._apply("sqrt_matmul", V, "V", tuple(f.sqrt_cols for f in self.factors))
+
+    def sqrt_rmatmul(self, X):
+        return self._apply("sqrt_rmatmul", X, "X")
+
+    def logdet(self):
+        """:math:`\\log|K| = \\sum_j (n / n_j) \\log|K_j|`."""
+        n = self.size
+        return sum((n // f.size) * f.logdet() for f in self.factors)
+
+    def diagonal(self):
+        out = self.factors[0].diagonal()
+        for f in self.factors[1:]:
+            out = jnp.kron(out, f.diagonal())
+        return out
+
+    def trace_solve(self, S):
+        """:math:`\\prod_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a :class:`Kronecker` with the
+        same factor sizes; the general rule otherwise."""
+        self._check_same_size(S, "trace_solve")
+        if isinstance(S, Kronecker) and S.factor_sizes == self.factor_sizes:
+            return math.prod(f.trace_solve(s) for f, s in zip(self.factors, S.factors))
+        return super().trace_solve(S)
+
+    def sqrt(self):
+        out = self.factors[0].sqrt()
+        for f in self.factors[1:]:
+            out = jnp.kron(out, f.sqrt())
+        return out
+
+    def to_dense(self):
+        out = self.factors[0].to_dense()
+        for f in self.factors[1:]:
+            out = jnp.kron(out, f.to_dense())
+        return out
