@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .features.base import Kuf, Kuu
-
 __all__ = ["conditional", "projection"]
 
 
@@ -48,6 +46,8 @@ class _FeatureDispatch:
 def projection(feature, kernel, X, *, whiten: bool, Kmm=None):
     r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
     :math:`K_{fu}K_{uu}^{-1}K_{uf}`."""
+    from .features.base import Kuf, Kuu  # features register conditionals, so import late
+
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     Kmn = Kuf(feature, kernel, X)
     if whiten:

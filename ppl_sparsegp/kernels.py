@@ -33,13 +33,20 @@ import numpy as np
 from jax.scipy.special import gammaln
 
 from ._module import Module, check_finite, is_concrete
+from .grid import Grid
 
 __all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
            "Additive", "Product", "check_inputs"]
 
 
 def check_inputs(X, name: str = "X", input_dim: int | None = None):
-    """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given."""
+    """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given.
+
+    A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built)."""
+    if isinstance(X, Grid):
+        if input_dim is not None and X.shape[1] != input_dim:
+            raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
+        return X
     check_finite(X, name)
     X = jnp.asarray(X)
     if X.ndim != 2:
@@ -47,6 +54,11 @@ def check_inputs(X, name: str = "X", input_dim: int | None = None):
     if input_dim is not None and X.shape[1] != input_dim:
         raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
     return X
+
+
+def as_points(X):
+    """An (N, D) array for an array or a :class:`~ppl_sparsegp.grid.Grid`."""
+    return X.points() if isinstance(X, Grid) else X
 
 
 class Kernel(Module):
@@ -97,7 +109,7 @@ class Stationary(Kernel):
         return ls[0] if len(ls) == 1 else None
 
     def _scale(self, X):
-        X = check_inputs(X, "X", self.input_dim)
+        X = as_points(check_inputs(X, "X", self.input_dim))
         return X / self.lengthscale
 
     def scaled_sqdist(self, X1, X2=None):
@@ -251,7 +263,7 @@ class _Combination(Kernel):
         return len(self.kernels)
 
     def _columns(self, X):
-        X = check_inputs(X, "X", self.input_dim)
+        X = as_points(check_inputs(X, "X", self.input_dim))
         return [X[:, d:d + 1] for d in range(X.shape[1])]
 
     def parts(self, X1, X2=None):

@@ -1,0 +1,303 @@
+r"""Random Fourier features (Rahimi & Recht 2007) and their frequency samplers.
+
+By Bochner's theorem a stationary kernel with normalised spectral density :math:`p` (the convention of
+:mod:`ppl_sparsegp.kernels`) is :math:`k(\mathbf r) = \sigma^2\,\mathbb E_{p}[\cos\boldsymbol\omega^\top
+\mathbf r]`. With R frequencies :math:`\Omega = [\boldsymbol\omega_1, \dots, \boldsymbol\omega_R]^\top`
+drawn from the density :math:`p_1` of the *unit-lengthscale* kernel and the lengthscales applied to the
+inputs, :math:`\tilde{\mathbf x} = \mathbf x / \boldsymbol\ell`, the feature map [1, eq. 5; 2, §1.1] is
+
+.. math::
+
+    \boldsymbol\phi(\mathbf x) = R^{-1/2}\,[\cos(\Omega\tilde{\mathbf x});\ \sin(\Omega\tilde{\mathbf x})]
+    \in\mathbb R^{2R}, \qquad k(\mathbf x, \mathbf x') \approx \sigma^2\,\boldsymbol\phi(\mathbf x)^\top
+    \boldsymbol\phi(\mathbf x') = \frac{\sigma^2}{R}\sum_{r=1}^R \cos\boldsymbol\omega_r^\top
+    (\tilde{\mathbf x} - \tilde{\mathbf x}'),
+
+(the cos block first, then the sin block; the paper interleaves them, which only permutes features).
+The signal variance :math:`\sigma^2` is the kernel's ``variance`` and may be learned (the paper fixes it
+at 1). Note :math:`\boldsymbol\phi(\mathbf x)^\top\boldsymbol\phi(\mathbf x) = 1` exactly, so the
+approximation is exact on the diagonal.
+
+**As an inducing feature** (weight space): :math:`f(\mathbf x) = \boldsymbol\phi(\mathbf x)^\top\mathbf u`
+with :math:`\mathbf u\sim\mathcal N(0, \sigma^2 I_{2R})`, so :math:`K_{uu} = \sigma^2 I` (a
+:class:`~ppl_sparsegp.linalg.Diagonal`) and :math:`K_{uf} = \sigma^2\Phi(X)` with :math:`\Phi(X) =
+[\boldsymbol\phi(\mathbf x_1), \dots]` of shape (2R, N). Then :math:`K_{fu}K_{uu}^{-1}K_{uf} =
+\sigma^2\Phi^\top\Phi` is the sparse-spectrum kernel [3]; the generic conditional and collapsed bound
+apply unchanged, and because :math:`\operatorname{diag}(K_{ff} - Q_{ff}) = 0` the collapsed bound *is*
+the sparse-spectrum marginal likelihood.
+
+**Frequency samplers** (:func:`sample_frequencies`), all from :math:`p_1` of the kernel family:
+
+* ``"mc"``: i.i.d. Monte Carlo (error of the Gram matrix :math:`O(R^{-1/2})`);
+* ``"qmc"``: scrambled Halton points [4] mapped through the inverse CDF (Gaussian for the squared
+  exponential; Gaussian over the square root of an inverse χ² for the Matérn's Student-t);
+* ``"orf"``: orthogonal random features [5]: blocks of D orthonormal directions (Haar, from the QR
+  decomposition of a Gaussian matrix), with radii distributed as the norms of draws from :math:`p_1`
+  (both families are isotropic in the unit-lengthscale space).
+
+References:
+    1. Rahimi, Recht (2007), Random features for large-scale kernel machines.
+    2. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI (eqs. 1, 5, 6), and the
+       implementer's notes ``shared/notes/srf.md`` §1.1.
+    3. Lázaro-Gredilla, Quiñonero-Candela, Rasmussen, Figueiras-Vidal (2010), Sparse spectrum Gaussian
+       process regression, JMLR 11.
+    4. Halton (1960); Owen (2017), A randomized Halton algorithm in R (random digit permutations).
+    5. Yu, Suresh, Choromanski, Holtmann-Rice, Kumar (2016), Orthogonal random features, NeurIPS.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import gammainc, gammaln, ndtri
+from numpyro.distributions import Distribution, constraints
+
+from .._module import Param, check_finite, is_concrete
+from ..kernels import SquaredExponential, Stationary, _Matern, check_inputs
+from ..linalg import Diagonal
+from .base import InducingFeature, Kuf, Kuu
+
+__all__ = ["RandomFourierFeatures", "SpectralDensity", "sample_frequencies", "scrambled_halton",
+           "chi2_ppf"]
+
+_METHODS = ("mc", "qmc", "orf")
+
+
+def _frequency_shape(frequencies):
+    if isinstance(frequencies, Param):
+        return tuple(frequencies.init.shape)
+    if isinstance(frequencies, Distribution):
+        return tuple(frequencies.batch_shape + frequencies.event_shape)
+    return tuple(jnp.shape(frequencies))
+
+
+class RandomFourierFeatures(InducingFeature):
+    r"""Random Fourier features :math:`\boldsymbol\phi(\mathbf x) = R^{-1/2}[\cos\Omega\tilde{\mathbf x};
+    \sin\Omega\tilde{\mathbf x}]` with :math:`\tilde{\mathbf x} = \mathbf x/\boldsymbol\ell` (module docstring).
+
+    :param frequencies: Ω of shape (R, D), frequencies of the *unit-lengthscale* kernel: an array
+        (fixed: random Fourier feature regression), a :class:`~ppl_sparsegp.Param` (learned by maximum
+        likelihood under SVI), or a NumPyro distribution with event shape (R, D) (a latent site
+        ``feature_frequencies``: MAP under SVI, particles under SteinVI; :class:`SpectralDensity` is the
+        kernel's own spectral density).
+    """
+
+    _params = ("frequencies",)
+
+    def __init__(self, frequencies):
+        if is_concrete(frequencies):
+            frequencies = jnp.asarray(frequencies, dtype=jnp.result_type(float))
+            check_finite(frequencies, "frequencies")
+        elif isinstance(frequencies, Param):
+            check_finite(frequencies.init, "frequencies")
+        shape = _frequency_shape(frequencies)
+        if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            raise ValueError(f"frequencies must have shape (R, D) with R, D >= 1, got shape {shape}")
+        self._set(frequencies=frequencies)
+
+    @classmethod
+    def from_kernel(cls, kernel, key, num_frequencies: int, input_dim: int, method: str = "mc"):
+        """Frequencies drawn from the kernel's spectral density with :func:`sample_frequencies`."""
+        return cls(sample_frequencies(kernel, key, num_frequencies, input_dim, method))
+
+    @property
+    def num_frequencies(self) -> int:
+        """R (the number of features is 2R)."""
+        return _frequency_shape(self.frequencies)[0]
+
+    @property
+    def input_dim(self) -> int:
+        return _frequency_shape(self.frequencies)[1]
+
+    @property
+    def num_features(self) -> int:
+        return 2 * self.num_frequencies
+
+    def check_inputs(self, X, name: str = "X"):
+        return check_inputs(X, name, self.input_dim)
+
+    def features(self, X, lengthscale=1.0):
+        r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`."""
+        X = self.check_inputs(X)
+        proj = self.frequencies @ (X / lengthscale).T  # (R, N): ω_rᵀ x̃_n
+        scale = 1.0 / math.sqrt(self.num_frequencies)
+        return scale * jnp.concatenate([jnp.cos(proj), jnp.sin(proj)], axis=0)  # Eq. (5) [2]
+
+    def gram(self, kernel, X1, X2=None):
+        r"""The approximate Gram matrix :math:`\sigma^2\Phi(X_1)^\top\Phi(X_2)`."""
+        P1 = self.features(X1, kernel.lengthscale)
+        P2 = P1 if X2 is None else self.features(X2, kernel.lengthscale)
+        return kernel.variance * P1.T @ P2
+
+
+@Kuu.register(RandomFourierFeatures, Stationary)
+def _kuu_rff(feature, kernel):
+    dtype = jnp.result_type(feature.frequencies, kernel.variance, float)
+    return Diagonal(jnp.full((feature.num_features,), kernel.variance, dtype=dtype))
+
+
+@Kuf.register(RandomFourierFeatures, Stationary)
+def _kuf_rff(feature, kernel, X):
+    return kernel.variance * feature.features(X, kernel.lengthscale)
+
+
+# --------------------------------------------------------------------------------------------------
+# the kernel's spectral density as a prior over Ω
+# --------------------------------------------------------------------------------------------------
+def _unit_kernel(kernel):
+    if isinstance(kernel, type):
+        kernel = kernel()
+    if not isinstance(kernel, Stationary):
+        raise ValueError(f"kernel must be a stationary kernel (SquaredExponential, Matern*), got "
+                         f"{type(kernel).__name__}")
+    return type(kernel)()  # σ² = 1, ℓ = 1: p₁ depends on the family only
+
+
+class SpectralDensity(Distribution):
+    r"""The prior :math:`p(\Omega) = \prod_{r=1}^R p_1(\boldsymbol\omega_r)`: i.i.d. rows from the
+    normalised spectral density of the unit-lengthscale kernel (standard normal for the squared
+    exponential, a multivariate Student-t with 2ν degrees of freedom for Matérn-ν).
+
+    ``log_prob`` uses ``kernel.log_spectral_density_normalised``, ``sample`` the kernel's own sampler.
+
+    :param kernel: a stationary kernel (instance or class); only its family matters.
+    :param num_frequencies: R.
+    :param input_dim: D.
+    """
+
+    arg_constraints = {}
+    support = constraints.independent(constraints.real, 2)
+
+    def __init__(self, kernel, num_frequencies: int, input_dim: int, *, validate_args=None):
+        for name, v in (("num_frequencies", num_frequencies), ("input_dim", input_dim)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        self.kernel = _unit_kernel(kernel)
+        self.num_frequencies, self.input_dim = int(num_frequencies), int(input_dim)
+        super().__init__(batch_shape=(), event_shape=(self.num_frequencies, self.input_dim),
+                         validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        n = int(np.prod(sample_shape, dtype=int)) * self.num_frequencies
+        w = self.kernel.sample_unit_frequencies(key, n, self.input_dim)
+        return w.reshape(tuple(sample_shape) + self.event_shape)
+
+    def log_prob(self, value):
+        return jnp.sum(self.kernel.log_spectral_density_normalised(value), axis=-1)
+
+    @property
+    def mean(self):
+        if isinstance(self.kernel, _Matern) and self.kernel.nu <= 0.5:
+            raise NotImplementedError("the Matérn-1/2 spectral density (Cauchy) has no mean")
+        return jnp.zeros(self.event_shape)
+
+    def tree_flatten(self):
+        return (), (type(self.kernel), self.num_frequencies, self.input_dim)
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, params):
+        return cls(*aux_data)
+
+
+# --------------------------------------------------------------------------------------------------
+# samplers
+# --------------------------------------------------------------------------------------------------
+def _primes(n: int) -> list:
+    out, c = [], 2
+    while len(out) < n:
+        if all(c % p for p in out if p * p <= c):
+            out.append(c)
+        c += 1
+    return out
+
+
+def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
+    r"""Randomised Halton points in :math:`(0, 1)^{dim}`, shape (num_points, dim).
+
+    Coordinate j is the radical inverse of the index :math:`i = 0, 1, \dots` in the j-th prime base
+    :math:`b_j` with an independent random permutation of the digits at every digit position [4]:
+    :math:`u_{ij} = \sum_k \pi_{jk}(a_k(i))\,b_j^{-k-1}`. Each point is marginally uniform (on the
+    :math:`b^{-K}` grid, K chosen for a resolution below 2⁻⁴⁰), and the stratification of the Halton
+    sequence is kept: for :math:`n = b_j^m` points every interval :math:`[c/n, (c+1)/n)` of coordinate j
+    holds exactly one point. Traceable in ``key`` (static shapes).
+    """
+    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
+        raise ValueError(f"num_points must be a positive int, got {num_points!r}")
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    idx = np.arange(num_points, dtype=np.int64)
+    cols = []
+    for j, (b, kj) in enumerate(zip(_primes(dim), jax.random.split(key, dim))):
+        n_digits = max(1, math.ceil(math.log(num_points) / math.log(b) + 1e-12)) + math.ceil(40 / math.log2(b))
+        digits = (idx[:, None] // b ** np.arange(n_digits, dtype=np.int64)[None, :]) % b  # (n, K), static
+        perms = jax.vmap(lambda k: jax.random.permutation(k, b))(jax.random.split(kj, n_digits))  # (K, b)
+        scrambled = perms[np.arange(n_digits)[None, :], digits]  # π_k(a_k(i))
+        weights = jnp.asarray(float(b) ** -(np.arange(n_digits) + 1.0), dtype=dtype)
+        cols.append(scrambled.astype(dtype) @ weights)
+    u = jnp.stack(cols, axis=1)
+    eps = jnp.finfo(dtype).eps
+    return jnp.clip(u, eps, 1.0 - eps)
+
+
+def chi2_ppf(u, df, *, num_iterations: int = 30):
+    r"""Quantile function of the χ² distribution with ``df`` degrees of freedom, elementwise.
+
+    Wilson–Hilferty start, then Newton steps on :math:`\log x` for :math:`P(df/2, x/2) = u` (JAX has the
+    regularised incomplete gamma P but not its inverse).
+    """
+    u = jnp.asarray(u)
+    k = 0.5 * df
+    z = ndtri(u)
+    c = 2.0 / (9.0 * df)
+    x = jnp.maximum(df * (1.0 - c + z * jnp.sqrt(c)) ** 3, 1e-3 * df)
+
+    def newton(_, x):
+        F = gammainc(k, 0.5 * x)
+        log_pdf = (k - 1.0) * jnp.log(x) - 0.5 * x - k * math.log(2.0) - gammaln(k)
+        step = (F - u) / jnp.exp(log_pdf + jnp.log(x))  # d/d(log x) of F = x p(x)
+        return x * jnp.exp(-jnp.clip(step, -2.0, 2.0))
+
+    return jax.lax.fori_loop(0, num_iterations, newton, x)
+
+
+def _inverse_cdf(kernel, u, input_dim):
+    """Map uniforms (n, D [+1]) to draws from p₁ of the kernel family."""
+    if isinstance(kernel, SquaredExponential):
+        return ndtri(u[:, :input_dim])
+    if isinstance(kernel, _Matern):
+        df = 2.0 * kernel.nu
+        g = chi2_ppf(u[:, input_dim], df)
+        return ndtri(u[:, :input_dim]) / jnp.sqrt(g / df)[:, None]  # z / sqrt(χ²_df / df) ~ t_df
+    raise ValueError(f"quasi-Monte Carlo frequencies are not available for {type(kernel).__name__}")
+
+
+def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method: str = "mc"):
+    r"""R frequencies of the unit-lengthscale kernel, shape (R, D), by ``method`` (module docstring).
+
+    :param kernel: a stationary kernel (its family chooses :math:`p_1`).
+    :param method: ``"mc"``, ``"qmc"`` (scrambled Halton) or ``"orf"`` (orthogonal random features).
+    """
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    for name, v in (("num_frequencies", num_frequencies), ("input_dim", input_dim)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    unit = _unit_kernel(kernel)
+    R, D = int(num_frequencies), int(input_dim)
+    if method == "mc":
+        return unit.sample_unit_frequencies(key, R, D)
+    if method == "qmc":
+        extra = 0 if isinstance(unit, SquaredExponential) else 1
+        return _inverse_cdf(unit, scrambled_halton(key, R, D + extra), D)
+    # orthogonal random features: Haar-orthogonal blocks of D directions, radii from p₁
+    k_dir, k_rad = jax.random.split(key)
+    blocks = -(-R // D)
+    G = jax.random.normal(k_dir, (blocks, D, D))
+    Q, Rq = jnp.linalg.qr(G)
+    Q = Q * jnp.sign(jnp.diagonal(Rq, axis1=-2, axis2=-1))[:, None, :]  # Haar measure
+    directions = jnp.swapaxes(Q, -1, -2).reshape(blocks * D, D)[:R]  # rows of each block orthonormal
+    radii = jnp.linalg.norm(unit.sample_unit_frequencies(k_rad, R, D), axis=1)
+    return directions * radii[:, None]
