@@ -83,12 +83,10 @@ def plot(spec, idata, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    post = idata.posterior
-    samples = {k: jnp.asarray(post[k].values.reshape((-1,) + post[k].shape[2:]))
-               for k in list(spec.gp.hyperparameter_sites()) + [spec.gp.site]}
-    thin = max(1, samples["mean"].shape[0] // 200)
-    samples = {k: v[::thin] for k, v in samples.items()}
-    lam = intensity(spec, samples)
+    from ppl_sparsegp.diagnostics import posterior_samples
+
+    names = list(spec.gp.hyperparameter_sites()) + [spec.gp.site]
+    lam = intensity(spec, posterior_samples(idata, names, max_draws=200))
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     im = ax.imshow(lam.T, origin="lower", extent=[0, 1, 0, 1], cmap="viridis")
     pts = spec.extra["points"]

@@ -19,6 +19,7 @@ from ppl_sparsegp.linalg import (
     DiagPlusLowRank,
     Identity,
     Kronecker,
+    KroneckerSum,
     LinearOperator,
 )
 
@@ -70,6 +71,8 @@ def cases():
         "kron3": Kronecker((Dense(g.spd(2)), Diagonal(g.positive(3)), g.dplr(4, 1))),
         "blockdiag_kron": BlockDiag((Kronecker((Dense(g.spd(2)), g.dplr(3, 1))), Identity(2),
                                      g.dplr(3, 2))),
+        "kron_sum": KroneckerSum((np.linalg.cholesky(g.spd(3)), np.linalg.cholesky(g.spd(4))),
+                                 (g.normal(3, 3), g.normal(4, 2))),
     }
 
 
