@@ -29,8 +29,8 @@ from numpyro import handlers
 from numpyro.distributions import Distribution, constraints
 
 from ._module import Param, check_finite, free_sites, instantiate
-from .collapsed import (collapsed_elbo_from_stats, optimal_whitened_q, sufficient_statistics,
-                        _check_regression)
+from .collapsed import (SufficientStatistics, _check_regression, collapsed_elbo_from_stats,
+                        constant_kernel_diagonal, optimal_whitened_q, sufficient_statistics)
 from .conditionals import conditional
 from .features.base import InducingFeature, Kuf, Kuu
 from .gaussian import StructuredNormal, gaussian_kl
@@ -257,13 +257,22 @@ class CollapsedGP(GPModel):
 
     The model adds ``numpyro.factor("y", collapsed bound)``; with :meth:`point_guide` under SVI this is
     type-II MAP of the hyperparameters, under NUTS a posterior over them. ``y`` is centred by ``mean``.
+
+    :param statistics: optional precomputed :class:`~ppl_sparsegp.collapsed.SufficientStatistics` of all
+        training data (for VFF with the data inside the box: ``fourier_statistics``), used by
+        :meth:`model`, :meth:`optimal_q` and :meth:`predict` whenever they are not given others; the
+        (X, y) passed to those methods are then ignored (a runner may pass a small subsample).
     """
 
-    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f"):
+    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f",
+                 statistics: SufficientStatistics | None = None):
         super().__init__(feature, kernel, likelihood, mean, name=name)
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError("CollapsedGP needs a Gaussian likelihood; use SparseGP for "
                              f"{type(self.likelihood).__name__}")
+        self.precomputed = statistics
+        if statistics is not None:
+            self._check_statistics(statistics)
 
     guide = GPModel.point_guide
 
@@ -271,30 +280,61 @@ class CollapsedGP(GPModel):
         """Sufficient statistics of the data (a family may stream them; see VFF)."""
         return sufficient_statistics(Kuf(feature, kernel, X), y), jnp.sum(kernel.diag(X))
 
-    def model(self, X, y=None):
+    def _centred_statistics(self, feature, kernel, c, X, y, statistics):
+        """(statistics of y − c, Σₙ k(xₙ, xₙ)) from the data, or from precomputed ``statistics``
+        (then Σₙ k(xₙ, xₙ) = N k(x, x) for a kernel with a constant diagonal)."""
+        statistics = self.precomputed if statistics is None else statistics
+        if statistics is None:
+            if y is None:
+                raise ValueError("CollapsedGP.model needs y (or statistics=); use predict() for predictions")
+            X, y = _check_regression(X, y, 1.0)
+            X = feature.check_inputs(X)
+            return self.statistics(feature, kernel, X, jnp.asarray(y) - c)
+        self._check_statistics(statistics)
+        if not isinstance(self.mean, (Distribution, Param)) and float(self.mean) == 0.0:
+            centred = statistics
+        else:
+            centred = statistics.centred(c)
+        return centred, statistics.n * constant_kernel_diagonal(kernel)
+
+    def _check_statistics(self, statistics):
+        if not isinstance(statistics, SufficientStatistics):
+            raise TypeError(f"statistics must be SufficientStatistics, got {type(statistics).__name__}")
+        free = [leaf for leaf in jax.tree.leaves(self.feature, is_leaf=lambda v: isinstance(v, (Distribution, Param)))
+                if isinstance(leaf, (Distribution, Param))]
+        if free:
+            raise ValueError("precomputed statistics need a feature without free parameters (Kuf must not "
+                             "depend on anything optimised or sampled)")
+        M = self.feature.num_features
+        if jnp.shape(statistics.A) != (M, M):
+            raise ValueError(f"statistics are for {jnp.shape(statistics.c)[0]} features, the feature has {M}")
+
+    def model(self, X=None, y=None, *, statistics: SufficientStatistics | None = None):
+        """The collapsed bound as ``numpyro.factor("y", ...)``, from (X, y) or, when Kuf does not depend
+        on the hyperparameters (VFF with the data inside the box), from precomputed ``statistics``
+        (:func:`~ppl_sparsegp.features.fourier_statistics.fourier_statistics`; X and y are then ignored)
+        at O(M³) per evaluation."""
         kernel, likelihood, feature, c = self.components()
-        if y is None:
-            raise ValueError("CollapsedGP.model needs y; use predict() for predictions")
-        X, y = _check_regression(X, y, 1.0)
-        X = feature.check_inputs(X)
-        stats, sum_kff = self.statistics(feature, kernel, X, y - c)
+        stats, sum_kff = self._centred_statistics(feature, kernel, c, X, y, statistics)
         numpyro.factor("y", collapsed_elbo_from_stats(Kuu(feature, kernel), stats, sum_kff, likelihood.variance))
 
-    def optimal_q(self, values: dict, X, y):
+    def optimal_q(self, values: dict, X=None, y=None, *, statistics: SufficientStatistics | None = None):
         """The optimal whitened q(v) = N(m_v, S_v) at the given hyperparameter values."""
         kernel, likelihood, feature, c = self.components_from(values)
-        stats, _ = self.statistics(feature, kernel, X, jnp.asarray(y) - c)
+        stats, _ = self._centred_statistics(feature, kernel, c, X, y, statistics)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
-    def predict(self, X_new, X, y, *, params: dict | None = None, samples: dict | None = None):
-        """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``)."""
+    def predict(self, X_new, X=None, y=None, *, params: dict | None = None, samples: dict | None = None,
+                statistics: SufficientStatistics | None = None):
+        """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``); the
+        training data enter as (X, y) or as precomputed ``statistics``."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
         X_new = check_inputs(X_new, "X_new")
 
         def one(values):
             kernel, likelihood, feature, c = self.components_from(values)
-            m_v, S_v = self.optimal_q(values, X, y)
+            m_v, S_v = self.optimal_q(values, X, y, statistics=statistics)
             m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
             return m + c, v, v + likelihood.variance
 

@@ -30,25 +30,59 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ._module import check_finite, check_positive
 from .features.base import Kuf, Kuu
-from .kernels import check_inputs
+from .kernels import Additive, Product, Stationary, check_inputs
 from .linalg import Dense
 
 __all__ = ["SufficientStatistics", "sufficient_statistics", "collapsed_elbo", "collapsed_elbo_from_stats",
-           "optimal_whitened_q", "exact_log_marginal_likelihood"]
+           "optimal_whitened_q", "exact_log_marginal_likelihood", "constant_kernel_diagonal"]
 
 
 class SufficientStatistics(NamedTuple):
-    """``A = Kuf Kufᵀ`` (M, M), ``c = Kuf y`` (M,), ``yy = yᵀy``, ``n`` = N."""
+    """``A = Kuf Kufᵀ`` (M, M), ``c = Kuf y`` (M,), ``yy = yᵀy``, ``n`` = N, and for centring by a
+    constant mean ``f1 = Kuf 1`` (M,) and ``ysum = Σ y`` (optional). They add over blocks of data."""
 
     A: jnp.ndarray
     c: jnp.ndarray
     yy: jnp.ndarray
     n: jnp.ndarray
+    f1: jnp.ndarray | None = None
+    ysum: jnp.ndarray | None = None
+
+    def centred(self, mean):
+        r"""The statistics of :math:`\mathbf y - \mu\mathbf 1` for a constant mean μ:
+        :math:`\mathbf c - \mu\mathbf f_1`, :math:`\mathbf y^\top\mathbf y - 2\mu\sum y + \mu^2 N`,
+        :math:`\sum y - \mu N` (A, f1 and N are unchanged)."""
+        if self.f1 is None or self.ysum is None:
+            raise ValueError("these SufficientStatistics have no f1 = Kuf·1 and ysum = Σy, so they cannot "
+                             "be centred by a constant mean; compute them with sufficient_statistics or "
+                             "fourier_statistics")
+        return self._replace(c=self.c - mean * self.f1, yy=self.yy - 2 * mean * self.ysum + mean**2 * self.n,
+                             ysum=self.ysum - mean * self.n)
 
 
 def sufficient_statistics(Kmn, y) -> SufficientStatistics:
     """The statistics of one block of data (they add over blocks)."""
-    return SufficientStatistics(Kmn @ Kmn.T, Kmn @ y, jnp.dot(y, y), jnp.asarray(y.shape[0], Kmn.dtype))
+    return SufficientStatistics(Kmn @ Kmn.T, Kmn @ y, jnp.dot(y, y), jnp.asarray(y.shape[0], Kmn.dtype),
+                                jnp.sum(Kmn, axis=1), jnp.sum(y))
+
+
+def constant_kernel_diagonal(kernel):
+    r"""k(x, x) of a kernel whose diagonal does not depend on x (stationary kernels and sums/products of
+    them), so that :math:`\sum_n k(\mathbf x_n, \mathbf x_n) = N\,k(\mathbf x,\mathbf x)` needs no data.
+
+    :raises ValueError: for any other kernel.
+    """
+    if isinstance(kernel, Stationary):
+        return jnp.asarray(kernel.variance)
+    if isinstance(kernel, Additive):
+        return sum(constant_kernel_diagonal(k) for k in kernel.kernels)
+    if isinstance(kernel, Product):
+        out = 1.0
+        for k in kernel.kernels:
+            out = out * constant_kernel_diagonal(k)
+        return jnp.asarray(out)
+    raise ValueError("precomputed statistics need a kernel with a constant diagonal k(x, x) (a stationary "
+                     f"kernel, or an Additive/Product of them), got {type(kernel).__name__}")
 
 
 def _whitened_stats(Kmm, stats: SufficientStatistics):

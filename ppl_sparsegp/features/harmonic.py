@@ -37,6 +37,8 @@ References:
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,28 +70,37 @@ def harmonic_gram(group: Group, kernel, X1, X2=None):
 
 def check_invariance(group: Group, kernel, X, *, rtol=None):
     """Raise ``ValueError`` unless :math:`k(G\\mathbf x, G\\mathbf x') = k(\\mathbf x, \\mathbf x')` for
-    every way G of the group on a random probe around the rows of X (N, D). Concrete values only.
+    every way G of the group on a random probe around the points X (..., D). Concrete values only; runs
+    eagerly even while tracing.
 
     :param rtol: tolerance relative to the largest prior variance (default 1e-7 in float64, 1e-3 in
         float32).
     """
-    X = np.asarray(check_inputs(X, "X"))
-    D = X.shape[1]
+    with jax.ensure_compile_time_eval():  # concrete values: evaluate now, even while tracing
+        X = np.asarray(X)
+        _check_invariance(group, kernel, np.asarray(check_inputs(X.reshape(-1, X.shape[-1]), "X")), rtol)
+
+
+@partial(jax.jit, static_argnums=0)
+def _invariance_errors(group, kernel, probe):
+    """max |k(Gx, Gx') − k(x, x')| for every way G, and the largest prior variance (one compilation)."""
+    K = kernel(probe)
+    errors = jnp.stack([jnp.max(jnp.abs(kernel(way.power(probe, 1)) - K)) for way in group.ways])
+    return errors, jnp.max(jnp.abs(jnp.diagonal(K)))
+
+
+def _check_invariance(group, kernel, X, rtol):
     rng = np.random.default_rng(0)
     centre, spread = X.mean(0), X.std(0) + 1e-3
-    probe = np.concatenate([X[: min(len(X), 12)], centre + spread * rng.normal(size=(12, D))])
-    probe = jnp.asarray(probe, dtype=X.dtype)
-    K = kernel(probe)
-    scale = float(jnp.max(jnp.abs(jnp.diagonal(K))))
+    probe = np.concatenate([X[: min(len(X), 12)], centre + spread * rng.normal(size=(12, X.shape[1]))])
+    errors, scale = _invariance_errors(group, kernel, jnp.asarray(probe, dtype=X.dtype))
     if rtol is None:
-        rtol = 1e-7 if jnp.finfo(K.dtype).bits == 64 else 1e-3
-    for way in group.ways:
-        Gp = way.power(probe, 1)
-        err = float(jnp.max(jnp.abs(kernel(Gp) - K)))
-        if not err <= rtol * scale:
+        rtol = 1e-7 if jnp.finfo(errors.dtype).bits == 64 else 1e-3
+    for way, err in zip(group.ways, np.asarray(errors)):
+        if not err <= rtol * float(scale):
             raise ValueError(
                 f"kernel {type(kernel).__name__} is not invariant under {way!r}: max |k(Gx, Gx') - k(x, x')| "
-                f"= {err:.3g} (relative {err / scale:.3g}) on a random probe. The harmonic decomposition "
+                f"= {err:.3g} (relative {err / float(scale):.3g}) on a random probe. The harmonic decomposition "
                 "needs a G-invariant kernel: for reflections or rotations off the coordinate axes use one "
                 "(isotropic) lengthscale; for longitude rotations use groups.SphereEmbedded")
 
@@ -112,18 +123,17 @@ class HarmonicFeatures(InducingFeature):
             raise ValueError(f"group must be a ppl_sparsegp.groups.Group, got {type(group).__name__}")
         Zc = Z.init if isinstance(Z, Param) else Z
         if is_concrete(Zc):
-            Zc = jnp.asarray(Zc, dtype=jnp.result_type(float))
+            Zn = np.asarray(Zc, dtype=np.float64)  # validation in NumPy: no tracing, no compilation
             T = group.num_subkernels
-            if Zc.ndim == 3:
-                if Zc.shape[0] != T:
-                    raise ValueError(f"Z has {Zc.shape[0]} sets of inducing inputs, but the group has {T} real "
-                                     f"sub-kernels: give Z of shape ({T}, m, D) or a shared (m, D)")
-                check_inputs(Zc.reshape(-1, Zc.shape[-1]), "Z")
-            else:
-                check_inputs(Zc, "Z")
-            group.check(Zc.shape[-1], scale=float(jnp.std(Zc)) or 1.0)
+            if Zn.ndim == 3 and Zn.shape[0] != T:
+                raise ValueError(f"Z has {Zn.shape[0]} sets of inducing inputs, but the group has {T} real "
+                                 f"sub-kernels: give Z of shape ({T}, m, D) or a shared (m, D)")
+            if Zn.ndim not in (2, 3):
+                raise ValueError(f"Z must have shape (m, D) or ({T}, m, D), got {Zn.shape}")
+            check_inputs(Zn.reshape(-1, Zn.shape[-1]), "Z")
+            group.check(Zn.shape[-1], scale=float(np.std(Zn)) or 1.0)
             if not isinstance(Z, Param):
-                Z = Zc
+                Z = jnp.asarray(Z, dtype=jnp.result_type(float))
         if jitter is not None and not (np.isfinite(jitter) and jitter >= 0):
             raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
         self._set(Z=Z, group=group, jitter=jitter)
@@ -183,7 +193,7 @@ class HarmonicFeatures(InducingFeature):
 def _kuu_harmonic(feature, kernel):
     Z = feature.Z
     if is_concrete(kernel) and is_concrete(Z):
-        check_invariance(feature.group, kernel, Z.reshape(-1, Z.shape[-1]))
+        check_invariance(feature.group, kernel, Z)
     Kt = feature.sub_kernel_blocks(kernel)
     eps = feature.relative_jitter(Kt.dtype) * jnp.mean(kernel.diag(Z.reshape(-1, Z.shape[-1])))
     return BlockDiag(tuple(Dense(Kt[t], jitter=eps) for t in range(Kt.shape[0])))

@@ -46,6 +46,7 @@ References:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -285,8 +286,11 @@ def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method
     for name, v in (("num_frequencies", num_frequencies), ("input_dim", input_dim)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    unit = _unit_kernel(kernel)
-    R, D = int(num_frequencies), int(input_dim)
+    return _sample(_unit_kernel(kernel), key, int(num_frequencies), int(input_dim), method)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _sample(unit, key, R, D, method):  # jitted: eager dispatch of the Halton digits is slow
     if method == "mc":
         return unit.sample_unit_frequencies(key, R, D)
     if method == "qmc":

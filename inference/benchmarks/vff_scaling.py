@@ -1,0 +1,201 @@
+"""Scaling of the one-pass additive VFF fit to the airline size: 3.95 million training points, 8 inputs.
+
+The VFF paper's headline [1, §6.2, Table 2]: additive Matérn-3/2, 30 frequencies per input (472
+features), on all 5.93M airline rows (2/3 = 3.95M training points) in 265 s wall (626 s CPU) on a 2-core
+laptop. Here, per training size N (10⁴, 10⁵, 10⁶ and 3,952,942; ``--quick``: 10⁴ and 10⁵), on synthetic
+airline-like data with a known additive truth (``models.airline.synthetic``: 1.5 N rows, a random 2/3
+train, 1/3 test split, normalised and standardised as the paper), the stages of the whole fit are
+timed separately:
+
+1. **statistics**: ``fourier_statistics(method="nufft")``, one pass; the exact dense-product path
+   (``method="dense"``) on the same data is timed too, with the max-norm relative difference of A;
+2. **optimise**: MAP of the 17 hyperparameters by L-BFGS on the log density of ``CollapsedGP.model``
+   with the precomputed statistics (O(M³) per evaluation; the SVI point-guide objective);
+3. **predict**: predictive mean and variance at every test point, streamed (``fourier_conditional``,
+   adjoint NUFFT), then test MSE and NLPD on the standardised target; ``oracle MSE`` is the MSE of the
+   noise-free truth (the best any model can do).
+
+Whole fit = statistics + optimise + predict (compilation included; data generation excluded). Each
+row reports wall and process CPU seconds, the 1-minute load average before and after (the machine may
+be shared: CPU seconds are the steadier measure there), and the process's peak resident memory so far.
+The dense/NUFFT time ratio is measured in the same run; the slope of log time against log N shows the
+linear scaling.
+
+``python -m inference.benchmarks.vff_scaling [--quick] [--sizes 1e4,1e5] [--dense-max N] [--devices K]``
+writes ``results/vff_scaling.json`` and prints a Markdown table.
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+FULL_TRAIN = 3_952_942  # 2/3 of the 5,929,413 airline rows of 2008
+
+
+def _cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _peak_rss_gb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+
+
+class Stage:
+    """Wall and CPU seconds of a block."""
+
+    def __enter__(self):
+        self.t0, self.c0 = time.perf_counter(), _cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.t0, _cpu() - self.c0
+
+
+def run_size(n_train, args):
+    import jax
+    import numpy as np
+
+    from inference.benchmarks._map import map_lbfgs
+    from models import airline
+    from ppl_sparsegp.features.fourier_statistics import fourier_statistics
+
+    row = {"n_train": int(n_train), "load_before": os.getloadavg()[0]}
+    with Stage() as gen:
+        n_total = int(round(n_train * 1.5))
+        X, y, names, f = airline.synthetic(n_total, seed=args.seed)
+    row["generate_s"] = gen.wall
+    with Stage() as prep:
+        data = airline.prepare(X, y, seed=args.seed)
+        del X, y
+    f_test = (f[data["test_index"]] - data["y_mean"]) / data["y_std"]
+    row["n_test"] = int(len(data["y_test"]))
+    feature = airline.make_feature(len(names), args.num_frequencies)
+    row["num_features"] = feature.num_features
+
+    with Stage() as st:
+        stats = fourier_statistics(feature, data["X"], data["y"], method="nufft", eps=args.eps,
+                                   chunk_size=args.chunk_size)
+        jax.block_until_ready(stats)
+    row.update(stats_nufft_s=st.wall, stats_nufft_cpu_s=st.cpu)
+    if n_train <= args.dense_max:
+        with Stage() as sd:
+            dense = fourier_statistics(feature, data["X"], data["y"], method="dense")
+            jax.block_until_ready(dense)
+        row.update(stats_dense_s=sd.wall, stats_dense_cpu_s=sd.cpu,
+                   nufft_vs_dense_rel_err=float(np.max(np.abs(np.asarray(stats.A) - np.asarray(dense.A)))
+                                                / np.max(np.abs(np.asarray(dense.A)))))
+        del dense
+
+    gp = airline.make_gp(feature, stats)
+    with Stage() as opt:
+        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=args.maxiter)
+    row.update(optimise_s=opt.wall, optimise_cpu_s=opt.cpu, lbfgs_iterations=info["iterations"],
+               lbfgs_evaluations=info["evaluations"], optimise_compile_s=info["compile_s"],
+               noise_variance=float(values["likelihood_variance"]))
+
+    with Stage() as pr:
+        metrics = airline.test_metrics(gp, [values], data["X_test"], data["y_test"], method="nufft",
+                                       chunk_size=args.chunk_size)
+    row.update(predict_s=pr.wall, predict_cpu_s=pr.cpu, **metrics,
+               oracle_mse=float(np.mean((data["y_test"] - f_test) ** 2)))
+    row["prep_s"] = prep.wall
+    row["whole_fit_s"] = prep.wall + st.wall + opt.wall + pr.wall
+    row["whole_fit_cpu_s"] = prep.cpu + st.cpu + opt.cpu + pr.cpu
+    row["peak_rss_gb"] = _peak_rss_gb()
+    row["load_after"] = os.getloadavg()[0]
+    return row
+
+
+def _fmt(v, spec=".1f"):
+    return "—" if v is None else format(v, spec)
+
+
+def table(rows):
+    lines = ["| N train | stats NUFFT s (cpu) | stats dense s (cpu) | dense/NUFFT | optimise s (iters) | "
+             "predict s | whole fit s (cpu) | test MSE | oracle MSE | NLPD | peak RSS GB | load 1-min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        dense = r.get("stats_dense_s")
+        lines.append(
+            f"| {r['n_train']:,} | {_fmt(r['stats_nufft_s'])} ({_fmt(r['stats_nufft_cpu_s'])}) | "
+            f"{_fmt(dense)} ({_fmt(r.get('stats_dense_cpu_s'))}) | "
+            f"{_fmt(dense / r['stats_nufft_s'] if dense else None, '.2f')} | "
+            f"{_fmt(r['optimise_s'])} ({r['lbfgs_iterations']}) | {_fmt(r['predict_s'])} | "
+            f"{_fmt(r['whole_fit_s'])} ({_fmt(r['whole_fit_cpu_s'])}) | {r['test_mse']:.3f} | "
+            f"{r['oracle_mse']:.3f} | {r['test_nlpd']:.3f} | {r['peak_rss_gb']:.2f} | "
+            f"{r['load_before']:.1f}→{r['load_after']:.1f} |")
+    return "\n".join(lines)
+
+
+def slope(rows, key):
+    import numpy as np
+
+    pts = [(r["n_train"], r[key]) for r in rows if r.get(key)]
+    if len(pts) < 2:
+        return None
+    n, t = np.log(np.array(pts, float)).T
+    return float(np.polyfit(n, t, 1)[0])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="only N = 10⁴ and 10⁵")
+    p.add_argument("--sizes", default=None, help="comma-separated training sizes (default 1e4,1e5,1e6,3952942)")
+    p.add_argument("--dense-max", type=float, default=float(FULL_TRAIN),
+                   help="time the dense statistics only up to this N (default: all sizes)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="host devices to shard the chunks over (sets XLA_FLAGS; default 1: FINUFFT and "
+                        "XLA already use every core)")
+    p.add_argument("--num-frequencies", type=int, default=30)
+    p.add_argument("--eps", type=float, default=1e-12, help="NUFFT tolerance")
+    p.add_argument("--chunk-size", type=int, default=None, help="rows per device per step")
+    p.add_argument("--maxiter", type=int, default=500, help="L-BFGS iterations at most")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vff_scaling.json")
+    args = p.parse_args(argv)
+
+    if "jax" not in sys.modules and args.devices > 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={args.devices}")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    if args.sizes:
+        sizes = [int(float(s)) for s in args.sizes.split(",")]
+    else:
+        sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000, FULL_TRAIN]
+    rows = []
+    for n in sizes:
+        rows.append(run_size(n, args))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    result = {
+        "rows": rows, "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
+        "eps": args.eps, "num_frequencies": args.num_frequencies,
+        "slope_stats_nufft": slope(rows, "stats_nufft_s"), "slope_stats_dense": slope(rows, "stats_dense_s"),
+        "slope_whole_fit": slope(rows, "whole_fit_s"),
+        "paper": {"n_train": FULL_TRAIN, "wall_s": 265, "cpu_s": 626, "hardware": "2-core MacBook Pro",
+                  "vff_mse": 0.827, "vff_nlpd": 1.324},
+        "targets": {"stats_s": 15, "whole_fit_s": 30},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(table(rows))
+    print(f"\nslope of log time vs log N: statistics NUFFT {_fmt(result['slope_stats_nufft'], '.2f')}, "
+          f"dense {_fmt(result['slope_stats_dense'], '.2f')}, whole fit {_fmt(result['slope_whole_fit'], '.2f')}; "
+          f"devices: {len(jax.devices())}, cores: {os.cpu_count()}")
+    print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

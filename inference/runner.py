@@ -1,0 +1,262 @@
+"""The command-line runner: ``python -m inference list`` and ``python -m inference fit <model> ...``.
+
+``fit`` builds the model's :class:`~models.ModelSpec`, runs SVI (``TraceMeanField_ELBO``, Adam), NUTS
+or the model's Stein routine, and writes into ``--out`` (default ``runs/<model>-<method>/``):
+
+* ``idata.nc``: the ArviZ InferenceData (netCDF);
+* ``summary.txt``: ArviZ summary (mean, sd, HDI, ESS, R-hat) of the hyperparameters;
+* ``metrics.json``: the model's test metrics, the fit time and engine statistics;
+* PNG plots: the model's own plot (``fit.png``), the trace plot (NUTS) or the loss trace (SVI).
+
+Settings resolve as: command-line flag, else ``spec.defaults[method]``, else :data:`DEFAULTS`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+METHODS = ("svi", "nuts", "stein")
+# fallbacks when neither the command line nor spec.defaults[method] sets a value
+DEFAULTS = {
+    "svi": {"steps": 5000, "lr": 0.01, "samples": 1000},
+    "nuts": {"warmup": 500, "samples": 500, "chains": 2, "target_accept": 0.9, "max_tree_depth": 10,
+             "dense_mass": False},
+    "stein": {"steps": 2000, "lr": 0.01, "samples": 1000},
+}
+SETTINGS = ("steps", "lr", "warmup", "samples", "chains", "target_accept", "max_tree_depth", "dense_mass")
+EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size",
+                "potential_energy")
+
+
+def _parser(model_name=None, model_module=None):
+    p = argparse.ArgumentParser(prog="python -m inference",
+                                description="Fit the models of models/ with SVI, NUTS or SteinVI.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list the available models")
+    f = sub.add_parser("fit", help="fit a model and write idata.nc, summary.txt, metrics.json, plots",
+                       description="Fit a model. Unset settings come from the model's defaults.")
+    f.add_argument("model", help="model name (see `python -m inference list`)")
+    f.add_argument("--method", choices=METHODS, default=None,
+                   help="inference method (default: the model's first method)")
+    f.add_argument("--steps", type=int, help="SVI/Stein optimisation steps")
+    f.add_argument("--lr", type=float, help="Adam learning rate (SVI/Stein)")
+    f.add_argument("--warmup", type=int, help="NUTS warm-up iterations per chain")
+    f.add_argument("--samples", type=int,
+                   help="NUTS draws per chain, or SVI/Stein draws from the fitted posterior")
+    f.add_argument("--chains", type=int, help="NUTS chains (parallel when devices allow)")
+    f.add_argument("--target-accept", dest="target_accept", type=float, help="NUTS target acceptance")
+    f.add_argument("--max-tree-depth", dest="max_tree_depth", type=int, help="NUTS maximum tree depth")
+    f.add_argument("--dense-mass", dest="dense_mass", action=argparse.BooleanOptionalAction, default=None,
+                   help="NUTS: adapt a dense (or, with --no-dense-mass, diagonal) mass matrix")
+    f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    f.add_argument("--out", type=Path, default=None, help="output folder (default runs/<model>-<method>/)")
+    f.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    if model_module is not None and hasattr(model_module, "add_arguments"):
+        model_module.add_arguments(f.add_argument_group(f"options of model {model_name!r}"))
+    return p
+
+
+def _configure_jax(chains):
+    """float64 and as many host devices as parallel chains need; before any JAX computation."""
+    import jax
+    import numpyro
+    from jax._src import xla_bridge
+
+    cpus = os.cpu_count() or 1
+    if not xla_bridge.backends_are_initialized():
+        numpyro.set_host_device_count(max(1, min(chains or cpus, cpus)))
+    jax.config.update("jax_enable_x64", True)
+
+
+def _resolve(args, spec):
+    """Fill unset settings from spec.defaults[method], then DEFAULTS; validate them."""
+    given = spec.defaults.get(args.method, {})
+    for name in SETTINGS:
+        if getattr(args, name) is None:
+            setattr(args, name, given.get(name, DEFAULTS[args.method].get(name)))
+    for name in ("steps", "warmup", "samples", "chains", "max_tree_depth"):
+        value, least = getattr(args, name), 0 if name == "warmup" else 1
+        if value is not None and value < least:
+            kind = "non-negative" if least == 0 else "positive"
+            raise ValueError(f"--{name.replace('_', '-')} must be {kind}, got {value}")
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"--lr must be positive, got {args.lr}")
+    if args.target_accept is not None and not 0 < args.target_accept < 1:
+        raise ValueError(f"--target-accept must be in (0, 1), got {args.target_accept}")
+
+
+def _list():
+    import models
+
+    found = models.available()
+    width = max((len(n) for n in found), default=0)
+    for name in sorted(found):
+        module = found[name]
+        print(f"{name:<{width}}  {getattr(module, 'DESCRIPTION', '')}")
+    return found
+
+
+def _fit_svi(spec, args, rng_key):
+    from numpyro import optim
+    from numpyro.infer import SVI, TraceMeanField_ELBO
+
+    from ppl_sparsegp import diagnostics
+
+    gp = spec.gp
+    svi = SVI(gp.model, gp.guide, optim.Adam(args.lr), TraceMeanField_ELBO())
+    key_fit, key_post = _split(rng_key)
+    t0 = time.perf_counter()
+    result = svi.run(key_fit, args.steps, spec.X, spec.y, progress_bar=args.progress, **spec.model_kwargs)
+    _block(result.params)
+    fit_time = time.perf_counter() - t0
+    idata = diagnostics.from_svi(result, gp, spec.X, spec.y, num_samples=args.samples,
+                                 model_kwargs=spec.model_kwargs, rng_key=key_post)
+    stats = {"final_loss": float(result.losses[-1]), "steps": args.steps, "lr": args.lr}
+    return idata, fit_time, stats
+
+
+def _fit_nuts(spec, args, rng_key):
+    import jax
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    from ppl_sparsegp import diagnostics
+
+    gp = spec.gp
+    kwargs = dict(spec.model_kwargs)
+    if kwargs.get("batch_size") is not None:
+        print("note: NUTS uses all data; ignoring batch_size", file=sys.stderr)
+        kwargs["batch_size"] = None
+    parallel = jax.local_device_count() >= args.chains
+    kernel = NUTS(gp.model, target_accept_prob=args.target_accept, max_tree_depth=args.max_tree_depth,
+                  dense_mass=bool(args.dense_mass), init_strategy=init_to_median(num_samples=15))
+    mcmc = MCMC(kernel, num_warmup=args.warmup, num_samples=args.samples, num_chains=args.chains,
+                chain_method="parallel" if parallel else "sequential", progress_bar=args.progress)
+    key_fit, key_post = _split(rng_key)
+    t0 = time.perf_counter()
+    mcmc.run(key_fit, spec.X, spec.y, extra_fields=EXTRA_FIELDS, **kwargs)
+    _block(mcmc.get_samples())
+    fit_time = time.perf_counter() - t0
+    idata = diagnostics.from_mcmc(mcmc, gp, spec.X, spec.y, model_kwargs=kwargs, rng_key=key_post)
+    stats = {"num_divergences": int(idata.sample_stats["diverging"].sum()), "warmup": args.warmup,
+             "samples": args.samples, "chains": args.chains, "dense_mass": bool(args.dense_mass),
+             "mean_tree_depth": float(idata.sample_stats["tree_depth"].mean()),
+             "chain_method": "parallel" if parallel else "sequential"}
+    return idata, fit_time, stats
+
+
+def _fit_stein(spec, args, rng_key):
+    stein = spec.extra.get("stein")
+    if stein is None:
+        raise ValueError(f"model {spec.name!r} lists 'stein' but defines no spec.extra['stein'] routine")
+    t0 = time.perf_counter()
+    result, idata = stein(spec, args, rng_key)
+    return idata, time.perf_counter() - t0, {}
+
+
+def _split(key):
+    import jax
+
+    return jax.random.split(key)
+
+
+def _block(tree):
+    import jax
+
+    jax.block_until_ready(tree)
+
+
+def _var_names(spec, idata):
+    names = spec.var_names or list(spec.gp.hyperparameter_sites())
+    return [n for n in names if n in idata.posterior] or list(idata.posterior.data_vars)
+
+
+def _plot_loss(losses, path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.plot(losses)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (negative ELBO)")
+    ax.set_yscale("symlog")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def fit(spec, args):
+    """Run ``args.method`` on ``spec``, write the outputs into ``args.out``; returns a result dict."""
+    import jax
+
+    from ppl_sparsegp import diagnostics
+
+    fitters = {"svi": _fit_svi, "nuts": _fit_nuts, "stein": _fit_stein}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rng_key = jax.random.PRNGKey(args.seed)
+    idata, fit_time, stats = fitters[args.method](spec, args, rng_key)
+
+    diagnostics.save(idata, out / "idata.nc")
+    var_names = _var_names(spec, idata)
+    table = diagnostics.summary(idata, var_names=var_names)
+    (out / "summary.txt").write_text(table.to_string() + "\n")
+    metrics = {"model": spec.name, "method": args.method, "seed": args.seed,
+               "fit_time_s": round(fit_time, 3), **stats}
+    if spec.evaluate is not None:
+        metrics.update(spec.evaluate(spec, idata))
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    plots = []
+    if spec.plot is not None:
+        spec.plot(spec, idata, out / "fit.png")
+        plots.append(out / "fit.png")
+    if args.method == "nuts":
+        plots.append(Path(diagnostics.plot_trace(idata, var_names, out / "trace.png")))
+    svi_group = getattr(idata, diagnostics.SVI_GROUP, None)
+    if svi_group is not None and "loss" in svi_group:
+        _plot_loss(svi_group["loss"].values, out / "loss.png")
+        plots.append(out / "loss.png")
+
+    print(f"\n{spec.name} / {args.method}: summary")
+    print(table.to_string())
+    print("\nmetrics")
+    print(json.dumps(metrics, indent=2, default=float))
+    print(f"\nwrote {out}/: idata.nc summary.txt metrics.json " + " ".join(p.name for p in plots))
+    return {"out": out, "idata": idata, "summary": table, "metrics": metrics, "plots": plots}
+
+
+def main(argv=None):
+    """Entry point of ``python -m inference``; returns the models dict (list) or fit's result dict."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    model_name = argv[1] if len(argv) > 1 and argv[0] == "fit" and not argv[1].startswith("-") else None
+    module = None
+    if model_name is not None:
+        import models
+
+        try:
+            module = models.get(model_name)
+        except ValueError as e:
+            _parser().error(str(e))
+    parser = _parser(model_name, module)
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        return _list()
+
+    _configure_jax(args.chains)
+    try:
+        spec = module.build(args)
+        if args.method is None:
+            args.method = spec.methods[0]
+        if args.method not in spec.methods:
+            raise ValueError(f"model {spec.name!r} does not support --method {args.method}; "
+                             f"supported: {', '.join(spec.methods)}")
+        _resolve(args, spec)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.out is None:
+        args.out = Path("runs") / f"{model_name}-{args.method}"
+    return fit(spec, args)

@@ -1,0 +1,187 @@
+"""Data loaders: small data sets bundled with the package, larger ones from a data directory.
+
+Bundled (``ppl_sparsegp/datasets/data/``, copies of ``../shared/data/vff/``), always available:
+
+* :func:`load_solar`: solar irradiance reconstruction (Lean 2004), the VFF paper's §6.4 [1];
+* :func:`load_pines`: Finnish pines sapling locations in [0, 1]², the VFF paper's §6.5 [1];
+* :func:`load_banana`: the banana binary classification set, the VFF paper's §6.3 [1].
+
+From the data directory (:func:`data_dir`: the environment variable ``PPL_SPARSEGP_DATA``, else
+``../shared/data`` next to the repository checkout):
+
+* :func:`load_uci`: the standard UCI regression benchmarks with their fixed train/test splits
+  (``uci/<name>/``);
+* :func:`load_srf`: the four UCI sets as the Stein random features paper used them (``srf/<name>.csv``).
+
+Loaders return NumPy float64 arrays exactly as stored; standardising (with training statistics only)
+is the model's job. Nothing is ever downloaded.
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+"""
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["ENV_VAR", "SolarData", "UCISplit", "load_solar", "load_pines", "load_banana", "data_dir",
+           "uci_names", "srf_names", "load_uci", "load_srf"]
+
+ENV_VAR = "PPL_SPARSEGP_DATA"
+
+
+# --- bundled ----------------------------------------------------------------------------------------
+def _bundled(name: str):
+    return resources.files(__name__).joinpath("data", name)
+
+
+def _read_bundled(name: str, **kwargs) -> np.ndarray:
+    with _bundled(name).open("r") as fh:
+        return np.loadtxt(fh, ndmin=2, **kwargs)
+
+
+class SolarData(NamedTuple):
+    """Columns of ``solar_data.txt``: year (mid-year, 1610.5–2000.5), the 11-year cycle and the
+    11-year cycle plus background (the VFF paper models the last), in W/m²."""
+
+    year: np.ndarray
+    cycle: np.ndarray
+    cycle_background: np.ndarray
+
+
+def load_solar() -> SolarData:
+    """Solar irradiance reconstruction (Lean 2004): 391 yearly values, three columns (see
+    :class:`SolarData`)."""
+    a = _read_bundled("solar_data.txt", delimiter=",", comments="#")
+    return SolarData(a[:, 0], a[:, 1], a[:, 2])
+
+
+def load_pines() -> np.ndarray:
+    """Finnish pines sapling locations in [0, 1]², shape (127, 2), as published: the first row is
+    repeated (126 distinct trees)."""
+    return _read_bundled("pines.csv", delimiter=",")
+
+
+def load_banana() -> tuple[np.ndarray, np.ndarray]:
+    """The banana classification set: inputs (400, 2) and labels (400,) in {0., 1.}."""
+    X = _read_bundled("banana_X_train", delimiter=",")
+    y = _read_bundled("banana_Y_train", delimiter=",")[:, 0]
+    return X, y
+
+
+# --- data directory ---------------------------------------------------------------------------------
+def _default_dir() -> Path:
+    """``../shared/data`` relative to the repository checkout that holds this package."""
+    repo_root = Path(__file__).resolve().parents[2]
+    return repo_root.parent / "shared" / "data"
+
+
+def data_dir(path=None) -> Path:
+    """The directory of the larger data sets.
+
+    Resolution order: ``path`` if given, else the environment variable ``PPL_SPARSEGP_DATA``, else
+    ``../shared/data`` relative to the repository root.
+
+    :raises FileNotFoundError: naming the directory tried and the environment variable.
+    """
+    if path is not None:
+        where, source = Path(path), "the path argument"
+    elif os.environ.get(ENV_VAR):
+        where, source = Path(os.environ[ENV_VAR]), f"${ENV_VAR}"
+    else:
+        where, source = _default_dir(), "the default location"
+    if not where.is_dir():
+        raise FileNotFoundError(
+            f"data directory {where} (from {source}) does not exist; set the environment variable "
+            f"{ENV_VAR} to the folder holding uci/ and srf/ (see ../shared/data/README.md)")
+    return where
+
+
+def _names(folder: Path, suffix: str = "") -> list:
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[: len(p.name) - len(suffix)] if suffix else p.name
+                  for p in folder.iterdir() if (p.is_file() if suffix else p.is_dir())
+                  and p.name.endswith(suffix))
+
+
+def uci_names(root=None) -> list:
+    """The UCI benchmark names available in the data directory."""
+    return _names(data_dir(root) / "uci")
+
+
+def srf_names(root=None) -> list:
+    """The SRF data set names available in the data directory."""
+    return _names(data_dir(root) / "srf", ".csv")
+
+
+class UCISplit(NamedTuple):
+    """One fixed train/test split of a UCI regression set (raw values, targets as vectors)."""
+
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+
+
+def _read_index(path: Path) -> np.ndarray:
+    return np.atleast_1d(np.loadtxt(path, dtype=np.int64))
+
+
+def load_uci(name: str, split: int = 0, *, root=None) -> UCISplit:
+    """A UCI regression benchmark with its ``split``-th fixed train/test split.
+
+    Reads ``uci/<name>/data.txt`` (whitespace separated), the feature and target columns from
+    ``index_features.txt`` / ``index_target.txt`` and the rows from ``index_train_<split>.txt`` /
+    ``index_test_<split>.txt`` (``n_splits.txt`` says how many splits exist).
+
+    :param name: e.g. ``"concrete"``, ``"energy"``, ``"kin8nm"``, ``"yacht"`` (see :func:`uci_names`).
+    :param split: split number in ``0 .. n_splits - 1``.
+    :param root: data directory (default :func:`data_dir`).
+    """
+    folder = data_dir(root) / "uci" / name
+    if not folder.is_dir():
+        raise ValueError(f"unknown UCI data set {name!r}; available: {', '.join(uci_names(root))}")
+    n_splits = int(np.loadtxt(folder / "n_splits.txt"))
+    if not isinstance(split, (int, np.integer)) or not 0 <= split < n_splits:
+        raise ValueError(f"split must be an integer in 0..{n_splits - 1} for {name!r}, got {split!r}")
+    data = np.loadtxt(folder / "data.txt", ndmin=2)
+    features = _read_index(folder / "index_features.txt")
+    target = int(_read_index(folder / "index_target.txt")[0])
+    train = _read_index(folder / f"index_train_{split}.txt")
+    test = _read_index(folder / f"index_test_{split}.txt")
+    X, y = data[:, features], data[:, target]
+    return UCISplit(X[train], y[train], X[test], y[test])
+
+
+# SRF sets whose target is not simply the last column: name -> (target column, dropped columns)
+_SRF_TARGETS = {"energy": ("heating_load", ("cooling_load",))}
+
+
+def load_srf(name: str, *, root=None, return_names: bool = False):
+    """A UCI set as used by the Stein random features paper (``srf/<name>.csv``, header row).
+
+    The target is the last column, except for ``energy``: ``heating_load``, with ``cooling_load``
+    dropped.
+
+    :param name: ``"airfoil"``, ``"concrete"``, ``"energy"`` or ``"wine"`` (see :func:`srf_names`).
+    :param return_names: also return the feature names and the target name.
+    :returns: ``(X, y)`` (or ``(X, y, feature_names, target_name)``).
+    """
+    path = data_dir(root) / "srf" / f"{name}.csv"
+    if not path.is_file():
+        raise ValueError(f"unknown SRF data set {name!r}; available: {', '.join(srf_names(root))}")
+    with open(path) as fh:
+        header = fh.readline().strip().split(",")
+    data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    target, dropped = _SRF_TARGETS.get(name, (header[-1], ()))
+    t = header.index(target)
+    keep = [i for i, h in enumerate(header) if i != t and h not in dropped]
+    X, y = data[:, keep], data[:, t]
+    if return_names:
+        return X, y, [header[i] for i in keep], target
+    return X, y

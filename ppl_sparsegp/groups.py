@@ -1,0 +1,519 @@
+r"""Finite cyclic transformation groups acting on inputs, for the harmonic kernel decomposition.
+
+A *way* is a transformation :math:`G` of the input space that is *T-cyclic*: :math:`G^T = \mathrm{id}`
+with T the smallest such integer [1, §3.1]. A *group* is a product of commuting ways
+:math:`G = G_1\otimes\dots\otimes G_J` with multi-index powers :math:`G^{\mathbf s} = G_1^{s_1}\cdots
+G_J^{s_J}` [1, §3.5]; it has :math:`\tilde T = \prod_j T_j` elements (the orbit of a point) and, after
+pairing complex conjugate sub-kernels [1, §3.4], :math:`T = \prod_j(\lfloor T_j/2\rfloor + 1)` real
+sub-kernels with DFT weights
+
+.. math::
+
+    w^{(j)}_t(s) = \frac{c_t}{T_j}\cos\frac{2\pi t s}{T_j},\quad t = 0..\lfloor T_j/2\rfloor,\qquad
+    c_t = 1\ (t = 0 \text{ or } t = T_j/2),\ 2\ \text{otherwise},\qquad
+    w_{\mathbf t}(\mathbf s) = \prod_j w^{(j)}_{t_j}(s_j),
+
+so that :math:`k_{\mathbf t}(\mathbf x,\mathbf x') = \sum_{\mathbf s} w_{\mathbf t}(\mathbf s)\,
+k(\mathbf x, G^{\mathbf s}\mathbf x')` and :math:`\sum_{\mathbf t} k_{\mathbf t} = k` (the t = 0 row
+sums every other column to zero). For J-way negation W is the Walsh–Hadamard matrix over :math:`\tilde T`.
+
+Every group here is a frozen dataclass of hashable fields, so it can live in a
+:class:`~ppl_sparsegp._module.Module`'s ``_static`` fields and pass through ``jax.jit``. Multi-index
+orders are C order (the first way varies slowest), matching ``numpy.kron`` of the per-way weights.
+
+Ways:
+
+* :class:`Negation`: :math:`\mathbf x\mapsto-\mathbf x`, or the reflection :math:`\mathbf x\mapsto
+  \mathbf x - 2UU^\top\mathbf x` through the span of orthonormal directions U (T = 2);
+  :func:`multi_negation`, :func:`coordinate_negation`, :func:`principal_axes_negation` build J-way
+  products (:math:`2^J` sub-kernels);
+* :class:`Rotation`: rotation by :math:`2\pi/T` in a 2-D plane;
+* :class:`ImageFlip`, :class:`ImageShift`: flips and cyclic pixel shifts of flattened
+  ``h×w×c`` images (permutations of the input coordinates);
+* :class:`LongitudeRotation`: :math:`(\lambda, \varphi)\mapsto(\lambda + 360°/T, \varphi)` for
+  (lon, lat) inputs in degrees; use a kernel of the embedded points, :class:`SphereEmbedded`.
+
+``a * b`` is the product of commuting groups (:class:`ProductGroup`).
+
+References:
+    1. Sun, Shi, Wilson, Grosse (2021), Scalable variational Gaussian processes via harmonic kernel
+       decomposition, ICML.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+
+from .kernels import Kernel, check_inputs
+
+__all__ = ["Group", "Transformation", "ProductGroup", "Negation", "Rotation", "ImageFlip", "ImageShift",
+           "LongitudeRotation", "SphereEmbedded", "multi_negation", "coordinate_negation",
+           "principal_axes_negation", "real_dft_weights"]
+
+
+def real_dft_weights(order: int) -> np.ndarray:
+    r"""Real-paired DFT weights of one T-cyclic way, shape (⌊T/2⌋+1, T).
+
+    :math:`w_t(s) = c_t\cos(2\pi t s/T)/T` with :math:`c_t = 1` for t = 0 or t = T/2, else 2 [1, §3.4].
+    """
+    T = int(order)
+    t = np.arange(T // 2 + 1)[:, None]
+    s = np.arange(T)[None, :]
+    c = np.where((t == 0) | (2 * t == T), 1.0, 2.0)
+    return c * np.cos(2.0 * np.pi * t * s / T) / T  # Eq. (§3.4) [1]
+
+
+def _as_frame(directions, name):
+    """Orthonormal columns as a hashable tuple of tuples (rows of the (D, k) matrix)."""
+    U = np.asarray(directions, dtype=np.float64)
+    if U.ndim == 1:
+        U = U[:, None]
+    if U.ndim != 2 or U.shape[1] < 1 or U.shape[1] > U.shape[0]:
+        raise ValueError(f"{name} must be a (D,) vector or a (D, k) matrix with 1 <= k <= D, got shape "
+                         f"{U.shape}")
+    if not np.all(np.isfinite(U)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if not np.allclose(U.T @ U, np.eye(U.shape[1]), atol=1e-6):
+        raise ValueError(f"{name} must have orthonormal columns (UᵀU = I)")
+    return tuple(tuple(float(v) for v in row) for row in U)
+
+
+def _xp(X):
+    """NumPy for NumPy inputs (no compilation for concrete probes and tests), else jax.numpy."""
+    return np if isinstance(X, (np.ndarray, float, int)) else jnp
+
+
+class Group:
+    """A product of commuting cyclic ways; subclasses are single ways or :class:`ProductGroup`."""
+
+    @property
+    def ways(self) -> tuple:
+        """The single cyclic transformations, in multi-index order."""
+        raise NotImplementedError
+
+    @property
+    def orders(self) -> tuple:
+        """:math:`(T_1, \\dots, T_J)`."""
+        return tuple(w.order for w in self.ways)
+
+    @property
+    def orbit_size(self) -> int:
+        """:math:`\\tilde T = \\prod_j T_j`, the number of group elements."""
+        return math.prod(self.orders)
+
+    @property
+    def num_subkernels(self) -> int:
+        """T, the number of real sub-kernels: :math:`\\prod_j(\\lfloor T_j/2\\rfloor + 1)`."""
+        return math.prod(T // 2 + 1 for T in self.orders)
+
+    def weights(self) -> np.ndarray:
+        """W of shape (T, T̃): :math:`W_{\\mathbf t,\\mathbf s} = \\prod_j w^{(j)}_{t_j}(s_j)` [1, §3.5]."""
+        W = np.ones((1, 1))
+        for T in self.orders:
+            W = np.kron(W, real_dft_weights(T))
+        return W
+
+    def multi_indices(self) -> list:
+        """The multi-indices s of the group elements, in C order."""
+        return list(itertools.product(*[range(T) for T in self.orders]))
+
+    def apply(self, X, s):
+        """:math:`G^{\\mathbf s}\\mathbf x` for a multi-index s (one int per way), X of shape (..., D)."""
+        if len(s) != len(self.ways):
+            raise ValueError(f"s must have {len(self.ways)} entries, got {s!r}")
+        for way, sj in zip(self.ways, s):
+            X = way.power(X, int(sj))
+        return X
+
+    def orbit(self, X):
+        """All :math:`G^{\\mathbf s}X`, stacked: shape (T̃, *X.shape), s in C order."""
+        xp = _xp(X)
+        X = xp.asarray(X)
+        out = X[None]
+        for way in self.ways:  # C order: after way j, index = s_1 ... s_j with s_j fastest
+            out = xp.stack([way.power(out, s) for s in range(way.order)], axis=1)
+            out = out.reshape((-1,) + X.shape)
+        return out
+
+    def check(self, input_dim: int, scale: float = 1.0):
+        """Check on a random probe that every way acts on D inputs, is cyclic of its order and that the
+        ways commute; raise ``ValueError`` otherwise."""
+        for way in self.ways:
+            way.check_dim(input_dim)
+        rng = np.random.default_rng(0)
+        x = _probe(self.ways, input_dim, scale, rng)
+        for j, way in enumerate(self.ways):
+            back = np.asarray(way.power(way.power(x, way.order - 1), 1))
+            if not np.allclose(back, x, atol=1e-8 * max(scale, 1.0)):
+                raise ValueError(f"{way!r} is not {way.order}-cyclic on this input (G^T x != x)")
+            for s in range(1, way.order):
+                if np.allclose(np.asarray(way.power(x, s)), x):
+                    raise ValueError(f"{way!r}: G^{s} is the identity on a random probe, so the order "
+                                     f"{way.order} is not minimal")
+            for other in self.ways[j + 1:]:
+                a = np.asarray(way.power(other.power(x, 1), 1))
+                b = np.asarray(other.power(way.power(x, 1), 1))
+                if not np.allclose(a, b, atol=1e-8 * max(scale, 1.0)):
+                    raise ValueError(f"the ways {way!r} and {other!r} do not commute")
+
+    def __mul__(self, other):
+        if not isinstance(other, Group):
+            return NotImplemented
+        return ProductGroup(self.ways + other.ways)
+
+
+def _probe(ways, D, scale, rng):
+    """A probe input inside the ways' domain (longitudes within [-180, 180), latitudes in (-90, 90))."""
+    x = scale * rng.normal(size=(5, D))
+    for way in ways:
+        x = way.to_domain(x)
+    return x
+
+
+class Transformation(Group):
+    """One T-cyclic way. Subclasses set ``order`` and implement :meth:`power` (:math:`G^s`)."""
+
+    order: int
+
+    @property
+    def ways(self):
+        return (self,)
+
+    def power(self, X, s: int):
+        """:math:`G^s X` for X of shape (..., D)."""
+        raise NotImplementedError
+
+    def check_dim(self, D: int):
+        """Raise ``ValueError`` if this way cannot act on D-dimensional inputs."""
+
+    def to_domain(self, x):
+        """Map a random probe into the way's domain (identity for linear ways)."""
+        return x
+
+    def _check_order(self):
+        if isinstance(self.order, bool) or not isinstance(self.order, (int, np.integer)) or self.order < 2:
+            raise ValueError(f"{type(self).__name__}: order must be an int >= 2, got {self.order!r}")
+        object.__setattr__(self, "order", int(self.order))
+
+
+@dataclass(frozen=True)
+class ProductGroup(Group):
+    """The product of commuting ways; ``ways`` is a tuple of :class:`Transformation`."""
+
+    members: tuple
+
+    def __post_init__(self):
+        flat = []
+        for g in self.members:
+            if not isinstance(g, Group):
+                raise ValueError(f"ProductGroup members must be groups, got {type(g).__name__}")
+            flat.extend(g.ways)
+        if not flat:
+            raise ValueError("ProductGroup needs at least one way")
+        object.__setattr__(self, "members", tuple(flat))
+
+    @property
+    def ways(self):
+        return self.members
+
+
+@dataclass(frozen=True)
+class Negation(Transformation):
+    r"""Negation (T = 2): :math:`\mathbf x\mapsto-\mathbf x`, or, with orthonormal ``directions`` U
+    (D, k), the reflection :math:`\mathbf x\mapsto\mathbf x - 2UU^\top\mathbf x` that negates the
+    components in span(U). Every isotropic stationary kernel is invariant [1, §3.3]; an ARD kernel only
+    under coordinate-axis reflections.
+
+    :param directions: None, a (D,) unit vector or a (D, k) array with orthonormal columns.
+    """
+
+    directions: tuple | None = None
+    order: int = 2
+
+    def __post_init__(self):
+        if self.order != 2:
+            raise ValueError(f"Negation has order 2, got {self.order!r}")
+        if self.directions is not None:
+            object.__setattr__(self, "directions", _as_frame(self.directions, "directions"))
+
+    @property
+    def matrix_U(self):
+        return None if self.directions is None else np.asarray(self.directions)
+
+    def check_dim(self, D):
+        if self.directions is not None and len(self.directions) != D:
+            raise ValueError(f"Negation directions have dimension {len(self.directions)}, inputs have {D}")
+
+    def power(self, X, s):
+        if s % 2 == 0:
+            return X
+        if self.directions is None:
+            return -X
+        xp = _xp(X)
+        U = xp.asarray(self.matrix_U, dtype=xp.result_type(X.dtype, float))
+        return X - 2.0 * (X @ U) @ U.T
+
+    def __repr__(self):
+        k = "all" if self.directions is None else len(self.directions[0])
+        return f"Negation(directions={k})"
+
+
+def multi_negation(directions) -> ProductGroup:
+    """J-way negation along the orthonormal columns of ``directions`` (D, J), or along J subspaces given
+    as a sequence of (D, k_j) blocks with mutually orthogonal columns: :math:`2^J` sub-kernels."""
+    if isinstance(directions, (list, tuple)) and len(directions) and np.ndim(directions[0]) == 2:
+        blocks = [np.asarray(b, dtype=np.float64) for b in directions]
+        _as_frame(np.concatenate(blocks, axis=1), "directions (all blocks together)")
+    else:
+        U = np.asarray(directions, dtype=np.float64)
+        U = U[:, None] if U.ndim == 1 else U
+        _as_frame(U, "directions")
+        blocks = [U[:, j] for j in range(U.shape[1])]
+    return ProductGroup(tuple(Negation(b) for b in blocks))
+
+
+def coordinate_negation(input_dim: int, axes) -> ProductGroup:
+    """J-way negation of the coordinate axes ``axes`` (ints): :math:`x_a \\mapsto -x_a` separately."""
+    axes = tuple(int(a) for a in axes)
+    if not axes or len(set(axes)) != len(axes) or not all(0 <= a < input_dim for a in axes):
+        raise ValueError(f"axes must be distinct ints in [0, {input_dim}), got {axes!r}")
+    return multi_negation(np.eye(input_dim)[:, list(axes)])
+
+
+def principal_axes_negation(X, num_ways: int, *, split: bool = False) -> ProductGroup:
+    """J-way negation along the principal axes of the (centred) inputs X (N, D).
+
+    :param split: False: one way per leading principal direction (the J largest); True: all D directions,
+        dealt round-robin into J subspaces (as the authors' code does for the regression benchmarks).
+    """
+    X = np.asarray(check_inputs(X, "X"), dtype=np.float64)
+    D = X.shape[1]
+    if isinstance(num_ways, bool) or not isinstance(num_ways, (int, np.integer)) or not 1 <= num_ways <= D:
+        raise ValueError(f"num_ways must be an int in [1, {D}], got {num_ways!r}")
+    evals, evecs = np.linalg.eigh(np.cov(X, rowvar=False).reshape(D, D))
+    U = evecs[:, np.argsort(evals)[::-1]]
+    U = U * np.where(U[np.argmax(np.abs(U), axis=0), np.arange(D)] < 0, -1.0, 1.0)  # deterministic sign
+    if not split:
+        return multi_negation(U[:, :num_ways])
+    return multi_negation([U[:, j::num_ways] for j in range(num_ways)])
+
+
+@dataclass(frozen=True)
+class Rotation(Transformation):
+    r"""Rotation by :math:`2\pi/T` in the plane of two orthonormal directions (u, v):
+    :math:`a = u^\top x,\ b = v^\top x,\ G^s x = x + (a\cos\theta_s - b\sin\theta_s - a)u +
+    (a\sin\theta_s + b\cos\theta_s - b)v`, :math:`\theta_s = 2\pi s/T`.
+
+    :param order: T >= 2.
+    :param plane: a pair of coordinate indices (i, j), or a (D, 2) array with orthonormal columns.
+    """
+
+    order: int
+    plane: tuple = (0, 1)
+
+    def __post_init__(self):
+        self._check_order()
+        p = self.plane
+        if np.ndim(p) == 1 and len(p) == 2 and all(isinstance(i, (int, np.integer)) for i in p):
+            if p[0] == p[1] or min(p) < 0:
+                raise ValueError(f"plane must be two distinct non-negative coordinate indices, got {p!r}")
+            object.__setattr__(self, "plane", (int(p[0]), int(p[1])))
+        else:
+            frame = _as_frame(p, "plane")
+            if len(frame[0]) != 2:
+                raise ValueError("plane must be (i, j) or a (D, 2) array of orthonormal columns")
+            object.__setattr__(self, "plane", frame)
+
+    def _frame(self, D, dtype):
+        if isinstance(self.plane[0], int):
+            return np.eye(D, dtype=dtype)[:, list(self.plane)]
+        return np.asarray(self.plane, dtype=dtype)
+
+    def check_dim(self, D):
+        if isinstance(self.plane[0], int):
+            if max(self.plane) >= D:
+                raise ValueError(f"Rotation plane {self.plane} needs at least {max(self.plane) + 1} inputs, "
+                                 f"got {D}")
+        elif len(self.plane) != D:
+            raise ValueError(f"Rotation plane has dimension {len(self.plane)}, inputs have {D}")
+
+    def power(self, X, s):
+        s = s % self.order
+        if s == 0:
+            return X
+        xp = _xp(X)
+        X = xp.asarray(X)
+        P = xp.asarray(self._frame(X.shape[-1], np.result_type(X.dtype, float)))
+        th = 2.0 * math.pi * s / self.order
+        c, sn = math.cos(th), math.sin(th)
+        ab = X @ P  # (..., 2): coordinates in the plane
+        a, b = ab[..., :1], ab[..., 1:]
+        new = xp.concatenate([c * a - sn * b, sn * a + c * b], axis=-1)
+        return X + (new - ab) @ P.T
+
+
+class _Permutation(Transformation):
+    """A way that permutes input coordinates: subclasses give ``shape`` and the index map of G."""
+
+    def index_map(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def power(self, X, s):
+        s = s % self.order
+        if s == 0:
+            return X
+        idx = np.arange(self.size)
+        perm = self.index_map()
+        for _ in range(s):
+            idx = idx[perm]
+        return _xp(X).asarray(X)[..., idx]
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    def check_dim(self, D):
+        if D != self.size:
+            raise ValueError(f"{type(self).__name__} acts on images of shape {self.shape} ({self.size} "
+                             f"inputs), got {D} inputs")
+
+
+def _check_shape(shape):
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 2:
+        shape = shape + (1,)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"shape must be (h, w) or (h, w, c) with positive sizes, got {shape!r}")
+    return shape
+
+
+@dataclass(frozen=True)
+class ImageFlip(_Permutation):
+    """Flip of flattened ``h×w×c`` images (C order): ``axis=0`` up–down, ``axis=1`` left–right (T = 2).
+
+    :param shape: (h, w) or (h, w, c).
+    :param axis: 0 or 1.
+    """
+
+    shape: tuple
+    axis: int = 1
+    order: int = 2
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _check_shape(self.shape))
+        if self.axis not in (0, 1):
+            raise ValueError(f"ImageFlip: axis must be 0 (up-down) or 1 (left-right), got {self.axis!r}")
+        if self.order != 2:
+            raise ValueError("ImageFlip has order 2")
+
+    def index_map(self):
+        return np.flip(np.arange(math.prod(self.shape)).reshape(self.shape), axis=self.axis).ravel()
+
+
+@dataclass(frozen=True)
+class ImageShift(_Permutation):
+    """Cyclic shift of flattened ``h×w×c`` images by ``step`` pixels along ``axis`` (0: down, 1: right),
+    as ``numpy.roll``; T = n / gcd(n, step) for n the image size along the axis.
+
+    :param shape: (h, w) or (h, w, c).
+    :param axis: 0 or 1.
+    :param step: pixels per application (not a multiple of the axis length).
+    """
+
+    shape: tuple
+    axis: int = 1
+    step: int = 1
+    order: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _check_shape(self.shape))
+        if self.axis not in (0, 1):
+            raise ValueError(f"ImageShift: axis must be 0 or 1, got {self.axis!r}")
+        n = self.shape[self.axis]
+        if not isinstance(self.step, (int, np.integer)) or self.step % n == 0:
+            raise ValueError(f"ImageShift: step must be an int that is not a multiple of {n}, got {self.step!r}")
+        object.__setattr__(self, "order", n // math.gcd(n, int(self.step) % n))
+
+    def index_map(self):
+        return np.roll(np.arange(math.prod(self.shape)).reshape(self.shape), self.step, axis=self.axis).ravel()
+
+
+@dataclass(frozen=True)
+class LongitudeRotation(Transformation):
+    r"""Rotation in longitude: :math:`(\lambda,\varphi)\mapsto(\lambda + 360°/T,\ \varphi)`, wrapped to
+    [-180, 180). Inputs are (lon, lat) in degrees (columns ``lon_index``, ``lon_index + 1``). A kernel is
+    invariant when it depends on the points of the sphere only, e.g. :class:`SphereEmbedded` [1, §6.1].
+
+    :param order: T >= 2.
+    :param lon_index: the column holding the longitude (the latitude is the next one).
+    """
+
+    order: int
+    lon_index: int = 0
+
+    def __post_init__(self):
+        self._check_order()
+
+    def check_dim(self, D):
+        if not 0 <= self.lon_index < D - 1:
+            raise ValueError(f"LongitudeRotation: lon_index {self.lon_index} needs a latitude column after it; "
+                             f"inputs have {D} columns")
+
+    def power(self, X, s):
+        s = s % self.order
+        if s == 0:
+            return X
+        xp = _xp(X)
+        X = xp.asarray(X)
+        i = self.lon_index
+        lon = xp.mod(X[..., i] + 360.0 * s / self.order + 180.0, 360.0) - 180.0
+        return xp.concatenate([X[..., :i], lon[..., None], X[..., i + 1:]], axis=-1)
+
+    def to_domain(self, x):
+        x = np.array(x)
+        i = self.lon_index
+        x[:, i] = np.mod(x[:, i] * 90.0, 360.0) - 180.0
+        x[:, i + 1] = 80.0 * np.tanh(x[:, i + 1])
+        return x
+
+
+class SphereEmbedded(Kernel):
+    r"""A kernel of (lon, lat) inputs in degrees through the unit sphere:
+    :math:`k(\mathbf x,\mathbf x') = k_0(e(\mathbf x), e(\mathbf x'))` with
+    :math:`e(\lambda,\varphi) = (\cos\varphi\cos\lambda, \cos\varphi\sin\lambda, \sin\varphi)`, as the
+    paper's earth-elevation model [1, §6.1]. Invariant under :class:`LongitudeRotation` when ``base`` is
+    isotropic stationary (a rotation about the polar axis preserves Euclidean distances).
+
+    :param base: a kernel on 3-D inputs.
+    """
+
+    _params = ("base",)
+
+    def __init__(self, base):
+        if not isinstance(base, Kernel):
+            raise ValueError(f"base must be a Kernel, got {type(base).__name__}")
+        self._set(base=base)
+
+    @property
+    def input_dim(self):
+        return 2
+
+    @staticmethod
+    def embed(X):
+        X = check_inputs(X, "X", 2)
+        lon, lat = jnp.deg2rad(X[:, 0]), jnp.deg2rad(X[:, 1])
+        return jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], axis=1)
+
+    def __call__(self, X1, X2=None):
+        return self.base(self.embed(X1), None if X2 is None else self.embed(X2))
+
+    def diag(self, X):
+        return self.base.diag(self.embed(X))
+
+    @property
+    def variance(self):
+        return self.base.variance

@@ -1,0 +1,82 @@
+"""The command-line runner on the solar model: outputs written and consistent; clear errors."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from inference.__main__ import main
+from ppl_sparsegp import diagnostics
+
+SITES = {"kernel_variance", "kernel_lengthscale", "likelihood_variance", "f_v"}
+
+
+M = 20  # fewer inducing points than the default 50: keeps the fast suite fast
+
+
+def check_outputs(out, method):
+    for name in ("idata.nc", "summary.txt", "metrics.json", "fit.png"):
+        assert (out / name).is_file(), name
+    idata = diagnostics.load(out / "idata.nc")
+    assert set(idata.posterior.data_vars) == SITES
+    assert idata.posterior["f_v"].sizes["feature"] == M
+    text = (out / "summary.txt").read_text()
+    assert "r_hat" in text and "ess_bulk" in text
+    # the summary's means are the posterior means of the saved file (3 decimals)
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:]}
+    header = text.splitlines()[0].split()
+    for site in ("kernel_variance", "kernel_lengthscale", "likelihood_variance"):
+        mean = float(rows[site][1 + header.index("mean")])
+        assert mean == pytest.approx(float(idata.posterior[site].mean()), abs=1e-3)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["model"] == "solar" and metrics["method"] == method and metrics["fit_time_s"] > 0
+    assert metrics["num_train"] == 281 and metrics["num_test"] == 110  # 391 years, 110 held out
+    assert math.isfinite(metrics["test_rmse"]) and math.isfinite(metrics["test_nlpd"])
+    # the test RMSE (W/m²) is well below the sd of the held-out targets (≈0.6 W/m²)
+    assert metrics["test_rmse"] < 0.6
+    return idata, metrics
+
+
+def test_fit_solar_svi(tmp_path):
+    out = tmp_path / "svi"
+    result = main(["fit", "solar", "--method", "svi", "--steps", "50", "--samples", "50", "--lr", "0.02",
+                   "--num-inducing", str(M), "--out", str(out), "--no-progress"])
+    idata, metrics = check_outputs(out, "svi")
+    assert (out / "loss.png").is_file()
+    np.testing.assert_array_equal(idata.svi["loss"].values, result["idata"].svi["loss"].values)
+    assert idata.svi["loss"].size == 50 and metrics["final_loss"] == idata.svi["loss"].values[-1]
+    # point estimates: every draw of a hyperparameter equals the optimised value
+    np.testing.assert_array_equal(idata.posterior["kernel_variance"].values,
+                                  idata.svi["kernel_variance_map"].values)
+
+
+def test_fit_solar_nuts(tmp_path):
+    out = tmp_path / "nuts"
+    main(["fit", "solar", "--method", "nuts", "--warmup", "20", "--samples", "20", "--chains", "1",
+          "--max-tree-depth", "5", "--num-inducing", str(M), "--out", str(out), "--no-progress"])
+    idata, metrics = check_outputs(out, "nuts")
+    assert (out / "trace.png").is_file()
+    assert idata.posterior.sizes["chain"] == 1 and idata.posterior.sizes["draw"] == 20
+    assert metrics["num_divergences"] == int(idata.sample_stats["diverging"].sum())
+    assert idata.log_likelihood["y"].shape == (1, 20, 281)
+
+
+def test_list(capsys):
+    found = main(["list"])
+    assert "solar" in found
+    assert "solar" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "nope"], "unknown model 'nope'; available models: .*solar"),
+    (["fit", "solar", "--method", "bogus"], "invalid choice: 'bogus'"),
+    (["fit", "solar", "--method", "stein"], "does not support --method stein; supported: svi, nuts"),
+    (["fit", "solar", "--steps", "0"], "--steps must be positive"),
+    (["fit", "solar", "--num-inducing", "0"], "--num-inducing must be a positive integer"),
+])
+def test_bad_inputs(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--no-progress"])
+    assert e.value.code == 2
+    import re
+    assert re.search(message, capsys.readouterr().err)
