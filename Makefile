@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/python -m inference fit solar --method nuts
+	$(VENV)/bin/python -m inference fit pines --method nuts
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

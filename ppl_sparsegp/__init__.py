@@ -3,7 +3,7 @@
 Every approximation is a NumPyro model/guide pair whose Kuu/Kuf come from one feature module
 (:mod:`ppl_sparsegp.features`); SVI, NUTS/HMC and SteinVI run through NumPyro's own engines.
 """
-from . import kernels, likelihoods, linalg
+from . import datasets, diagnostics, kernels, likelihoods, linalg
 from ._module import Param
 from .approximations import CollapsedGP, GPModel, SparseGP
 from .collapsed import collapsed_elbo, exact_log_marginal_likelihood
@@ -16,7 +16,7 @@ from .prior import spectral_gp
 __version__ = "0.1.0"
 
 __all__ = [
-    "kernels", "likelihoods", "linalg", "Param", "GPModel", "SparseGP", "CollapsedGP", "collapsed_elbo",
+    "datasets", "diagnostics", "kernels", "likelihoods", "linalg", "Param", "GPModel", "SparseGP", "CollapsedGP", "collapsed_elbo",
     "exact_log_marginal_likelihood", "conditional", "InducingFeature", "InducingPoints", "Kuu", "Kuf",
     "StructuredNormal", "gaussian_kl", "Additive", "Matern12", "Matern32", "Matern52", "Product",
     "SquaredExponential", "spectral_gp",
