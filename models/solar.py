@@ -22,8 +22,9 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
-from ppl_sparsegp import InducingPoints, Matern52, SparseGP, diagnostics
+from ppl_sparsegp import CollapsedGP, InducingPoints, Matern52, SparseGP, diagnostics
 from ppl_sparsegp.datasets import load_solar
+from ppl_sparsegp.features import FourierFeatures
 from ppl_sparsegp.likelihoods import Gaussian
 
 DESCRIPTION = "solar irradiance 1610-2000 with five removed segments (VFF §6.4): 1-D Matérn-5/2 regression"
@@ -36,8 +37,15 @@ VAR_NAMES = ["kernel_variance", "kernel_lengthscale", "likelihood_variance"]
 def add_arguments(parser):
     parser.add_argument("--num-inducing", type=int, default=50,
                         help="number of inducing features M (default 50)")
-    parser.add_argument("--features", choices=["inducing"], default="inducing",
-                        help="inducing feature family (default: inducing points evenly spaced on [0, 1])")
+    parser.add_argument("--features", choices=["inducing", "fourier"], default="inducing",
+                        help="inducing points evenly spaced on [0, 1] (default), or variational Fourier "
+                             "features on the paper's box [1590, 2010] with --num-inducing frequencies")
+    _add_collapsed(parser)
+
+
+def _add_collapsed(parser):
+    parser.add_argument("--collapsed", action="store_true",
+                        help="integrate u out analytically (Titsias bound, CollapsedGP) as in the paper")
 
 
 def load_data():
@@ -55,7 +63,10 @@ def load_data():
             "x_offset": float(x0), "x_scale": float(span), "y_mean": float(y_mean), "y_std": float(y_std)}
 
 
-def make_feature(args, X):
+BOX_YEARS = (1590.0, 2010.0)  # the VFF paper's code: a = 1590, b = 2010
+
+
+def make_feature(args, X, x_offset=None, x_scale=None):
     """The inducing features for inputs X in [0, 1] (the one place that chooses the family)."""
     family = getattr(args, "features", "inducing")
     M = getattr(args, "num_inducing", 50)
@@ -63,14 +74,19 @@ def make_feature(args, X):
         raise ValueError(f"--num-inducing must be a positive integer, got {M!r}")
     if family == "inducing":
         return InducingPoints(np.linspace(0.0, 1.0, M)[:, None])
+    if family == "fourier":
+        a, b = ((y - x_offset) / x_scale for y in BOX_YEARS)
+        return FourierFeatures(a, b, M)
     raise ValueError(f"unknown --features {family!r}")
 
 
-def make_gp(feature):
+def make_gp(feature, collapsed=False):
     # priors in normalised units: 1 unit of x = 390 years, y has unit training variance
     kernel = Matern52(variance=dist.LogNormal(0.0, 1.0),
                       lengthscale=dist.LogNormal(math.log(0.05), 1.0))  # median ≈ 20 years
     likelihood = Gaussian(variance=dist.LogNormal(math.log(0.01), 1.5))
+    if collapsed:
+        return CollapsedGP(feature, kernel, likelihood)
     return SparseGP(feature, kernel, likelihood, whiten=True)
 
 
@@ -105,7 +121,8 @@ def plot(spec, idata, path):
 
 def build(args) -> ModelSpec:
     data = load_data()
-    gp = make_gp(make_feature(args, data["X"]))
+    gp = make_gp(make_feature(args, data["X"], data["x_offset"], data["x_scale"]),
+                 getattr(args, "collapsed", False))
     extra = {k: data[k] for k in ("x_offset", "x_scale", "y_mean", "y_std")}
     return ModelSpec(
         name="solar", gp=gp, X=data["X"], y=data["y"], X_test=data["X_test"], y_test=data["y_test"],
