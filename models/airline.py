@@ -189,12 +189,22 @@ def _optimal_q(gp):
 
 
 def predictive(gp, values, X, *, method="nufft", chunk_size=None):
-    """Predictive marginals of f at X (inside the box) for one set of hyperparameter values, from the
-    GP's precomputed statistics, streamed over X: ``(f_mean, f_var, noise_variance)``."""
+    """Predictive marginals of f at X for one set of hyperparameter values, from the GP's precomputed
+    statistics: streamed over the rows inside the box (``fourier_conditional``), the generic
+    conditional (with the edge formulas of Kuf) for any row outside. Returns
+    ``(f_mean, f_var, noise_variance)``."""
     kernel, likelihood, feature, c = gp.components_from(values)
     m_v, S_v = _optimal_q(gp)(values)
-    m, v = fourier_conditional(feature, kernel, X, m_v, S_v, whiten=True, method=method,
-                               chunk_size=chunk_size)
+    X = np.asarray(X, np.float64)
+    inside = np.all((X >= BOX[0]) & (X <= BOX[1]), axis=1)
+    m, v = np.empty(len(X)), np.empty(len(X))
+    if inside.any():
+        m[inside], v[inside] = fourier_conditional(feature, kernel, X[inside], m_v, S_v, whiten=True,
+                                                   method=method, chunk_size=chunk_size)
+    if not inside.all():
+        params = {k + "_map": jnp.asarray(val) for k, val in values.items()}
+        out = jax.jit(lambda Xo: gp.predict(Xo, params=params))(jnp.asarray(X[~inside]))
+        m[~inside], v[~inside] = np.asarray(out["f_mean"]) - float(c), np.asarray(out["f_var"])
     return m + float(c), v, float(likelihood.variance)
 
 
@@ -338,5 +348,5 @@ def build(args) -> ModelSpec:
         name="airline", gp=gp, X=data["X"][sub], y=data["y"][sub], X_test=data["X_test"][:n_test],
         y_test=data["y_test"][:n_test], methods=("svi", "nuts"),
         defaults={"svi": {"steps": 1500, "lr": 0.03, "samples": 10},
-                  "nuts": {"warmup": 200, "samples": 200, "chains": 2}},
+                  "nuts": {"warmup": 200, "samples": 200, "chains": 2, "max_tree_depth": 6}},
         var_names=list(gp.hyperparameter_sites()), plot=plot, evaluate=evaluate, extra=extra)

@@ -54,7 +54,7 @@ def add_arguments(parser):
     parser.add_argument("--ways", type=int, default=3, help="J: negations along J principal axes (2^J × m)")
     parser.add_argument("--shared-z", action="store_true", help="one set of inducing inputs for all sub-kernels")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the k-means initialisation")
+    parser.add_argument("--init-seed", type=int, default=0, help="seed of the k-means initialisation")
 
 
 def standardise(X_train, y_train, X_test):
@@ -112,7 +112,7 @@ def make_gp(X, *, features: str = "harmonic", num_inducing: int = 32, ways: int 
 def build(args) -> ModelSpec:
     X, y, X_test, y_test_raw, scaler = load(args.dataset, args.split, args.data_dir)
     gp = make_gp(X, features=args.features, num_inducing=args.num_inducing, ways=args.ways,
-                 shared_z=args.shared_z, seed=args.seed)
+                 shared_z=args.shared_z, seed=args.init_seed)
     label = f"{2 ** args.ways}x{args.num_inducing}" if args.features == "harmonic" else f"M={args.num_inducing}"
     return ModelSpec(
         name=f"uci_hkd[{args.dataset}/{args.features} {label}]", gp=gp, X=X, y=y, X_test=X_test,

@@ -34,7 +34,7 @@ from ppl_sparsegp import Param, SquaredExponential
 from ppl_sparsegp.features.random_fourier import SpectralDensity
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, pairwise_median_sq,
-                                   plot_spectral_density, stein_inference_data)
+                                   plot_spectral_density, stein_diagnostics, stein_inference_data)
 
 DESCRIPTION = ("UCI regression (airfoil, concrete, energy, wine) with sparse-spectrum GPs: M-SRFR through "
                "SteinVI (--method stein), SSGP through SVI (--method svi)")
@@ -134,22 +134,19 @@ def add_arguments(parser):
     parser.add_argument("--split", type=int, default=0, help="seed of the random train/test split")
 
 
-def _steps(args, default):
-    for name in ("steps", "num_steps", "stein_steps"):
-        v = getattr(args, name, None)
-        if v:
-            return int(v)
-    return default
-
-
 def run_stein(spec: ModelSpec, args, rng_key):
-    """Fit M-SRFR through SteinVI; returns ``(SteinResult, InferenceData)`` (posterior with a
+    """Fit M-SRFR through SteinVI; returns ``(SteinResult, InferenceData)``: posterior with a
     ``particle`` dim, sample_stats with the Stein force trace and per-particle log marginal likelihood,
-    test metrics in ``posterior.attrs``)."""
-    settings = dict(spec.defaults["stein"])
-    settings["num_steps"] = _steps(args, settings["num_steps"])
+    test metrics in ``posterior.attrs``. ``args.steps`` and ``args.lr`` (the particles' Adam step) override
+    the defaults when set; everything else is the data set's M-SRFR setting (``spec.extra["msrfr"]``)."""
+    settings = dict(spec.extra["msrfr"])
+    if getattr(args, "steps", None):
+        settings["num_steps"] = int(args.steps)
+    if getattr(args, "lr", None):
+        settings["lr"] = float(args.lr)
     result = fit_msrfr(spec.gp, spec.X, spec.y, rng_key, **settings)
     idata = stein_inference_data(result, spec.gp, spec.X, spec.y)
+    idata.posterior.attrs.update({f"stein_{k}": v for k, v in stein_diagnostics(idata).items()})
     if spec.X_test is not None:
         idata.posterior.attrs.update({f"test_{k}": v for k, v in evaluate(spec, idata).items()})
     return result, idata
@@ -158,6 +155,10 @@ def run_stein(spec: ModelSpec, args, rng_key):
 def _component_values(spec: ModelSpec, idata) -> dict:
     """``{site: (P, ...)}`` mixture components from a posterior: particles, or chain × draw samples."""
     post = idata.posterior
+    svi = getattr(idata, "svi", None)
+    if post.attrs.get("inference") == "svi" and svi is not None:  # one point estimate (runner's SVI)
+        params = {k: jnp.asarray(svi[k].values) for k in svi.data_vars if k != "loss"}
+        return {k: v[None] for k, v in spec.gp.point_values(params).items()}
     names = [n for n in ("feature_frequencies", "kernel_lengthscale", "kernel_variance",
                          "likelihood_variance", "mean") if n in post.data_vars]
     if "particle" in post.dims:
@@ -191,9 +192,10 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="uci_ssgp", gp=gp, X=jnp.asarray(Xtr), y=jnp.asarray(ytr), X_test=jnp.asarray(Xte),
         y_test=jnp.asarray(yte), methods=("stein", "svi"),
-        defaults={"stein": msrfr_settings(name), "svi": {"steps": NUM_STEPS, "lr": 0.01}},
+        defaults={"stein": {"steps": NUM_STEPS, "lr": DATASETS[name]["lr"], "samples": 1},
+                  "svi": {"steps": NUM_STEPS, "lr": 0.01}},
         var_names=["kernel_lengthscale"] if DATASETS[name]["learn_lengthscale"] else None,
         plot=plot, evaluate=evaluate,
-        extra={"stein": run_stein, "dataset": name, "split": seed, "y_mean": float(ym), "y_scale": float(ys),
-               "settings": DATASETS[name]},
+        extra={"stein": run_stein, "msrfr": msrfr_settings(name), "dataset": name, "split": seed,
+               "y_mean": float(ym), "y_scale": float(ys), "settings": DATASETS[name]},
     )

@@ -38,6 +38,8 @@ from ppl_sparsegp.features.orthogonal import (ESTIMATORS, AdditiveOrthogonal, He
                                               TrigonometricFeatures)
 from ppl_sparsegp.likelihoods import Gaussian
 
+from .vof_regression import svi_params
+
 DESCRIPTION = "UCI regression (fixed splits, standardised) with additive VOF (Hermite / trig) or inducing points"
 
 DATASETS = ("concrete", "energy", "kin8nm", "naval-propulsion-plant", "power-plant",
@@ -67,7 +69,7 @@ def add_arguments(parser):
     parser.add_argument("--ip-kernel", choices=("ard", "additive"), default="ard")
     parser.add_argument("--batch-size", type=int, default=None, help="minibatch size (default: full batch "
                         "up to 2000 points, else 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inducing-point initialisation")
+    parser.add_argument("--ip-seed", type=int, default=0, help="seed of the inducing-point initialisation")
 
 
 def load_split(dataset: str, split: int, data_dir=None):
@@ -134,7 +136,7 @@ def build(args) -> ModelSpec:
     X, y, X_test, scaler = standardise(Xtr, ytr, Xte)
     gp = make_gp(args.features, X, num_features=args.num_features, q_cov=args.q_cov,
                  base_kernel=args.base_kernel, estimator=args.estimator, num_samples=args.num_samples,
-                 ip_kernel=args.ip_kernel, seed=args.seed)
+                 ip_kernel=args.ip_kernel, seed=args.ip_seed)
     batch = args.batch_size or (None if X.shape[0] <= 2000 else 1000)
     return ModelSpec(
         name=f"uci_vof[{args.dataset}/{args.features}]", gp=gp, X=X, y=y, X_test=X_test, y_test=yte,
@@ -144,10 +146,10 @@ def build(args) -> ModelSpec:
 
 
 def evaluate(spec, result) -> dict:
-    """Test RMSE and mean negative log predictive density in the original units, from SVI params (a dict
-    or an object with ``.params``)."""
-    params = getattr(result, "params", result)
-    if not isinstance(params, dict):
+    """Test RMSE and mean negative log predictive density in the original units, from SVI params (a dict,
+    an ``SVIRunResult`` or the runner's InferenceData with its ``svi`` group)."""
+    params = svi_params(result)
+    if params is None:
         raise ValueError(f"uci_vof.evaluate needs SVI params, got {type(result).__name__}")
     pred = spec.gp.predict(spec.X_test, params=params)
     sc = spec.extra["scaler"]

@@ -37,7 +37,7 @@ def add_arguments(parser):
     parser.add_argument("--num-samples", type=int, default=50, help="T, grid size of each MC set")
     parser.add_argument("--basis", choices=("fourier", "dirichlet"), default="fourier")
     parser.add_argument("--q-cov", choices=("diag", "full"), default="diag")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic data")
 
 
 def simulate(n=80, seed=0):
@@ -60,12 +60,12 @@ def exact_posterior(X, y, X_new):
 
 
 def build(args) -> ModelSpec:
-    X, y = simulate(args.n, args.seed)
+    X, y = simulate(args.n, args.data_seed)
     band = Param(args.band_init, constraints.positive) if args.band == "learn" else float(args.band)
     feature = TrigonometricFeatures(args.num_features, band=band, basis=args.basis, estimator=args.estimator,
                                     num_samples=args.num_samples)
     gp = SparseGP(feature, Matern52(VARIANCE, LENGTHSCALE), Gaussian(NOISE_SD**2), q_cov=args.q_cov)
-    X_test = np.linspace(-3.5, 3.5, 200)[:, None]
+    X_test = np.linspace(-3.0, 3.0, 200)[:, None]  # the data range (outside it TrigVOF is periodic)
     mean, var = exact_posterior(X, y, X_test)
     return ModelSpec(
         name="vof_regression", gp=gp, X=X, y=y, X_test=X_test, y_test=None,
@@ -75,20 +75,28 @@ def build(args) -> ModelSpec:
         extra={"exact_mean": mean, "exact_var": var})
 
 
+def svi_params(result):
+    """SVI params from a params dict, an ``SVIRunResult`` or the runner's InferenceData (group ``svi``);
+    None if there are none."""
+    if isinstance(result, dict):
+        return result
+    if hasattr(result, "params"):
+        return result.params
+    group = getattr(result, "svi", None)
+    if group is not None:
+        return {k: np.asarray(v) for k, v in group.data_vars.items() if k != "loss"}
+    return None
+
+
 def _predict(spec, result):
-    """Predictions at ``spec.X_test`` from SVI params (a dict or an object with ``.params``) or from an
-    InferenceData / dict of posterior draws holding the inducing site."""
+    """Predictions at ``spec.X_test`` from SVI params (see :func:`svi_params`) or, for NUTS, from the
+    posterior draws of an InferenceData."""
     gp = spec.gp
-    params = getattr(result, "params", result)
-    if isinstance(params, dict) and any(k.endswith("_loc") for k in params):
+    params = svi_params(result)
+    if params is not None:
         return gp.predict(spec.X_test, params=params)
-    posterior = getattr(result, "posterior", None)
-    if posterior is not None:
-        params = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in posterior.data_vars.items()}
-    if not isinstance(params, dict) or gp.site not in params:
-        raise ValueError(f"cannot predict from {type(result).__name__}: give SVI params or posterior draws "
-                         f"containing {gp.site!r}")
-    return gp.predict(spec.X_test, samples=params)
+    samples = {k: np.asarray(v).reshape((-1,) + v.shape[2:]) for k, v in result.posterior.data_vars.items()}
+    return gp.predict(spec.X_test, samples=samples)
 
 
 def evaluate(spec, result) -> dict:

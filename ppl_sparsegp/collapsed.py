@@ -25,13 +25,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve, solve_triangular
 
 from ._module import check_finite, check_positive
 from .features.base import Kuf, Kuu
 from .kernels import Additive, Product, Stationary, check_inputs
-from .linalg import Dense
+from .linalg import BlockDiag, Dense
 
 __all__ = ["SufficientStatistics", "sufficient_statistics", "collapsed_elbo", "collapsed_elbo_from_stats",
            "optimal_whitened_q", "exact_log_marginal_likelihood", "constant_kernel_diagonal"]
@@ -85,12 +86,28 @@ def constant_kernel_diagonal(kernel):
                      f"kernel, or an Additive/Product of them), got {type(kernel).__name__}")
 
 
+def _whiten(Kmm, X):
+    """Rᵀ Kuu⁻¹ X. A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
+    shape (e.g. additive VFF) is whitened as one vmapped block: the block's own ``whiten``, with D
+    times fewer operations to compile and no per-block slicing."""
+    blocks = getattr(Kmm, "blocks", None)
+    if isinstance(Kmm, BlockDiag) and len(blocks) > 1:
+        structure = jax.tree.structure(blocks[0])
+        shapes = [tuple(jnp.shape(leaf) for leaf in jax.tree.leaves(b)) for b in blocks]
+        if all(jax.tree.structure(b) == structure for b in blocks) and len(set(shapes)) == 1:
+            stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *blocks)
+            Xs = X.reshape((len(blocks), blocks[0].size) + X.shape[1:])
+            out = jax.vmap(lambda op, x: op.whiten(x))(stacked, Xs)
+            return out.reshape((-1,) + X.shape[1:])
+    return Kmm.whiten(X)
+
+
 def _whitened_stats(Kmm, stats: SufficientStatistics):
     """WWᵀ = Rᵀ Kuu⁻¹ A Kuu⁻¹ R and W y = Rᵀ Kuu⁻¹ c."""
-    half = Kmm.whiten(stats.A)  # Rᵀ Kuu⁻¹ A, (M', M)
-    WWt = Kmm.whiten(half.T)  # Rᵀ Kuu⁻¹ (Rᵀ Kuu⁻¹ A)ᵀ
+    half = _whiten(Kmm, stats.A)  # Rᵀ Kuu⁻¹ A, (M', M)
+    WWt = _whiten(Kmm, half.T)  # Rᵀ Kuu⁻¹ (Rᵀ Kuu⁻¹ A)ᵀ
     WWt = 0.5 * (WWt + WWt.T)
-    return WWt, Kmm.whiten(stats.c)
+    return WWt, _whiten(Kmm, stats.c)
 
 
 def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):

@@ -4,7 +4,8 @@ Data as in ``vof_elbo_gap`` (N inputs from N(0, 3²), SE kernel variance 0.5, le
 0.01). Every model learns the kernel variance, lengthscale and noise (point estimates) and its feature
 parameters (inducing inputs Z; Hermite σ_p; TrigVOF band a); q(u) full (Cholesky) or diagonal. One SVI
 step = ``svi.update`` of ``TraceMeanField_ELBO`` on a minibatch of Ñ points, jitted, timed after
-compilation (median over repeats of a block of steps). Rows:
+compilation; the configurations take turns within each repeat and the median over repeats is kept.
+Rows:
 
 * SVGP: inducing points, O(ÑM² + M³) per step;
 * Hermite VOF: closed-form Kuf by recurrence, Kuu = I, O(ÑM²) (full S) / O(ÑM) (diagonal S);
@@ -61,9 +62,9 @@ def make_gp(kind, M, X, q_cov, T=50, fixed=False):
     return SparseGP(feature, kernel, lik, q_cov=q_cov)
 
 
-def time_step(gp, X, y, batch, steps, repeats):
+def compiled_block(gp, X, y, batch, steps):
+    """A jitted block of ``steps`` SVI updates (compiled here) and its initial state."""
     import jax
-    import numpy as np
     import numpyro
     from numpyro.infer import SVI, TraceMeanField_ELBO
 
@@ -73,20 +74,30 @@ def time_step(gp, X, y, batch, steps, repeats):
     @jax.jit
     def block(state):
         def body(s, _):
-            s, loss = svi.update(s, X, y, batch_size=batch)
-            return s, loss
+            return svi.update(s, X, y, batch_size=batch)
         return jax.lax.scan(body, state, None, length=steps)
 
     state, losses = block(state)  # compile
     jax.block_until_ready(losses)
-    times = []
+    return block, state
+
+
+def time_round_robin(blocks, steps, repeats):
+    """Seconds per step of each block: the blocks take turns within every repeat (so a burst of load on
+    the shared machine hits all of them alike); median over repeats."""
+    import jax
+    import numpy as np
+
+    times = [[] for _ in blocks]
+    states = [state for _, state in blocks]
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        state, losses = block(state)
-        jax.block_until_ready(losses)
-        times.append((time.perf_counter() - t0) / steps)
-    assert np.all(np.isfinite(np.asarray(losses))), "non-finite SVI loss"
-    return float(np.median(times))
+        for i, (block, _) in enumerate(blocks):
+            t0 = time.perf_counter()
+            states[i], losses = block(states[i])
+            jax.block_until_ready(losses)
+            times[i].append((time.perf_counter() - t0) / steps)
+            assert np.all(np.isfinite(np.asarray(losses))), "non-finite SVI loss"
+    return [float(np.median(t)) for t in times]
 
 
 def elbo_spread(kind, M, T, X, y, keys):
@@ -113,7 +124,7 @@ def elbo_spread(kind, M, T, X, y, keys):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="N = 1000, M = 31, T in {10, 50}, fewer repeats")
+    p.add_argument("--quick", action="store_true", help="N = 1000, M = 31, T in {10, 50, 100}, fewer repeats")
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--steps", type=int, default=50, help="SVI steps per timed block")
@@ -129,8 +140,8 @@ def main(argv=None):
 
     n = 1000 if args.quick else args.n
     Ms = [31] if args.quick else [31, 71]
-    Ts = [10, 50] if args.quick else [10, 25, 50, 100]
-    repeats = 3 if args.quick else args.repeats
+    Ts = [10, 50, 100] if args.quick else [10, 25, 50, 100, 200]
+    repeats = 5 if args.quick else args.repeats
     batch = min(args.batch_size, n)
     rng = np.random.default_rng(0)
     x = rng.normal(0.0, 3.0, n)
@@ -148,25 +159,27 @@ def main(argv=None):
     configs = [("svgp", "full", None), ("svgp", "diag", None), ("hermite", "full", None),
                ("hermite", "diag", None), ("trig", "full", None), ("trig", "diag", None)]
     configs += [(est, "diag", T) for est in ("stratified", "paired") for T in Ts]
+    labels = {"svgp": "SVGP (inducing points)", "hermite": "Hermite VOF", "trig": "TrigVOF quadrature",
+              "stratified": "TrigVOF MC stratified", "paired": "TrigVOF MC paired"}
     rows = []
-    print("\n| M | features | q(u) | T | ms / step | / SVGP (same M, full S) | sd total | sd MC |")
-    print("|---|---|---|---|---|---|---|---|")
     for M in Ms:
-        ref = None
-        for kind, q_cov, T in configs:
-            gp = make_gp(kind, M, X, q_cov, T=T or 50)
-            sec = time_step(gp, X, y, batch, args.steps, repeats)
-            ref = sec if ref is None else ref
+        blocks = [compiled_block(make_gp(kind, M, X, q_cov, T=T or 50), X, y, batch, args.steps)
+                  for kind, q_cov, T in configs]
+        secs = time_round_robin(blocks, args.steps, repeats)
+        for (kind, q_cov, T), sec in zip(configs, secs):
             sd_total = sd_mc = None
             if T is not None:
                 sd_total, sd_mc = elbo_spread(kind, M, T, Xs, ys, spread_keys)
-            label = {"svgp": "SVGP (inducing points)", "hermite": "Hermite VOF", "trig": "TrigVOF quadrature",
-                     "stratified": "TrigVOF MC stratified", "paired": "TrigVOF MC paired"}[kind]
             rows.append({"M": M, "features": kind, "q_cov": q_cov, "T": T, "seconds_per_step": sec,
-                         "ratio_to_svgp": sec / ref, "elbo_sd_total": sd_total, "elbo_sd_mc": sd_mc})
-            fmt = lambda v: "" if v is None else f"{v:.3g}"
-            print(f"| {M} | {label} | {q_cov} | {T or ''} | {1e3 * sec:.3g} | {sec / ref:.2f} | "
-                  f"{fmt(sd_total)} | {fmt(sd_mc)} |", flush=True)
+                         "ratio_to_svgp": sec / secs[0], "elbo_sd_total": sd_total, "elbo_sd_mc": sd_mc})
+        print(f"M = {M} done", flush=True)
+    print("\n| M | features | q(u) | T | ms / step | / SVGP (same M, full S) | sd total | sd MC |")
+    print("|---|---|---|---|---|---|---|---|")
+    fmt = lambda v: "" if v is None else f"{v:.3g}"
+    for r in rows:
+        print(f"| {r['M']} | {labels[r['features']]} | {r['q_cov']} | {r['T'] or ''} | "
+              f"{1e3 * r['seconds_per_step']:.3g} | {r['ratio_to_svgp']:.2f} | {fmt(r['elbo_sd_total'])} | "
+              f"{fmt(r['elbo_sd_mc'])} |")
     total = time.perf_counter() - t_start
     print(f"\n(sd columns: spread of the full-batch ELBO estimate over {len(spread_keys)} keys, N = 1000)")
     print(f"total {total:.0f} s")

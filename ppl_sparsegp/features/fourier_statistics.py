@@ -47,8 +47,15 @@ function (a type-2 NUFFT on the NUFFT path), so :func:`fourier_conditional` stre
 marginals of any number of points in O(n w² D²) as well.
 
 Inputs may be NumPy arrays, ``np.memmap`` files or chunked arrays (e.g. Dask): anything with ``.shape``
-whose row slices ``np.asarray`` converts. ``method="nufft"`` needs ``jax-finufft`` (``jax_finufft.nufft1``;
-checked with jax 0.10 and jax-finufft 1.3); without it only ``method="dense"`` is available.
+whose row slices ``np.asarray`` converts. Chunks are spread over all JAX devices (``shard_map``; each
+device sums its own chunk, the host adds the per-device results in float64), so the result does not
+depend on the number of devices beyond rounding.
+
+``method="nufft"`` needs ``jax-finufft`` (``nufft1``/``nufft2``; checked with jax 0.10.2, jax-finufft
+1.3.1, FINUFFT 2.5.0); without it only ``method="dense"`` is available. All inputs are padded to the
+largest M so that one batched 1-D transform (all inputs) and one batched 2-D transform (all pairs)
+serve a chunk; the fine grids are tiny, so points are not sorted (``spread_sort=0``), and each device
+gets ``cpu_count // num_devices`` FINUFFT threads.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.

@@ -228,7 +228,11 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
         raise ValueError(f"num_points must be a positive int, got {num_points!r}")
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise ValueError(f"dim must be a positive int, got {dim!r}")
-    dtype = jnp.result_type(float) if dtype is None else dtype
+    return _halton(key, int(num_points), int(dim), jnp.result_type(float) if dtype is None else dtype)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _halton(key, num_points, dim, dtype):
     idx = np.arange(num_points, dtype=np.int64)
     cols = []
     for j, (b, kj) in enumerate(zip(_primes(dim), jax.random.split(key, dim))):
@@ -243,6 +247,7 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
     return jnp.clip(u, eps, 1.0 - eps)
 
 
+@functools.partial(jax.jit, static_argnames=("num_iterations",))
 def chi2_ppf(u, df, *, num_iterations: int = 30):
     r"""Quantile function of the χ² distribution with ``df`` degrees of freedom, elementwise.
 

@@ -1,0 +1,288 @@
+"""Sparse-spectrum GPs and Stein particles against independent computations: the dense Gaussian
+log-density, the notes' formula, the exact weight-space posterior, Gaussian and conjugate posteriors for
+SVGD, and the M-SRFR update (eq. 26) written out by hand."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.contrib.einstein import SteinVI
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.util import log_density
+from numpyro.optim import SGD, Adagrad, Adam
+from scipy import stats
+from scipy.special import logsumexp
+
+import ppl_sparsegp as psg
+from ppl_sparsegp.features.random_fourier import RandomFourierFeatures
+from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.spectrum import (FrequencyRBFKernel, FrequencySteinVI, SparseSpectrumGP,
+                                   cyclical_annealing, fit_msrfr, fit_stein, mixture_metrics,
+                                   pairwise_median_sq, ssgp_log_marginal_likelihood,
+                                   stein_diagnostics, stein_inference_data)
+
+
+def regression_data(n=30, d=2, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, (n, d))
+    y = np.sin(6 * X[:, 0]) + 0.5 * X[:, -1] + 0.1 * rng.normal(size=n)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def notes_formula(W, ell, s, noise, X, y):
+    """Notes §1.2: −(yᵀy − s yᵀΦᵀA⁻¹Φy)/(2σ²) − ½log|A| + R log σ² − (N/2) log 2πσ², A = sΦΦᵀ + σ²I."""
+    R, N = W.shape[0], X.shape[0]
+    proj = W @ (X / ell).T
+    P = np.vstack([np.cos(proj), np.sin(proj)]) / np.sqrt(R)
+    A = s * P @ P.T + noise * np.eye(2 * R)
+    quad = y @ y - s * (P @ y) @ np.linalg.solve(A, P @ y)
+    return (-quad / (2 * noise) - 0.5 * np.linalg.slogdet(A)[1] + R * np.log(noise)
+            - N / 2 * np.log(2 * np.pi * noise))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ssgp_log_marginal_equals_dense_multivariate_normal(seed):
+    rng = np.random.default_rng(seed)
+    X, y = regression_data(25, 3, seed)
+    X, y = np.asarray(X), np.asarray(y)
+    R = int(rng.integers(2, 9))
+    W = rng.normal(size=(R, 3)) * 2
+    ell = rng.uniform(0.2, 2.0, 3)
+    s = rng.uniform(0.3, 2.0)
+    noise = 10 ** rng.uniform(-3, 0)
+    c = rng.normal()
+    kernel = psg.SquaredExponential(variance=s, lengthscale=jnp.asarray(ell))
+    lml = ssgp_log_marginal_likelihood(RandomFourierFeatures(W), kernel, X, y, noise, c)
+    P = np.vstack([np.cos(W @ (X / ell).T), np.sin(W @ (X / ell).T)]) / np.sqrt(R)
+    dense = dist.MultivariateNormal(jnp.full(25, c), jnp.asarray(s * P.T @ P + noise * np.eye(25)))
+    np.testing.assert_allclose(lml, dense.log_prob(jnp.asarray(y)), rtol=1e-10)
+    # the corrected constants of the notes (the paper's −R log(Rσ²) would be off by R log(R) + 2R log σ²)
+    np.testing.assert_allclose(lml, notes_formula(W, ell, s, noise, X, y - c), rtol=1e-10)
+    # and through the NumPyro model: the y site's log density
+    gp = SparseSpectrumGP(kernel, Gaussian(noise), mean=c, frequencies=W)
+    ld, _ = log_density(gp.model, (X, y), {}, {})
+    np.testing.assert_allclose(ld, lml, rtol=1e-12)
+
+
+def test_latent_frequency_site_has_the_spectral_prior():
+    X, y = regression_data()
+    kernel = psg.Matern32(variance=1.0, lengthscale=0.5)
+    gp = SparseSpectrumGP(kernel, Gaussian(0.1), num_frequencies=4, input_dim=2)
+    W = np.random.default_rng(3).normal(size=(4, 2))
+    ld, tr = log_density(gp.model, (X, y), {}, {"feature_frequencies": W})
+    prior = stats.multivariate_t(loc=np.zeros(2), shape=np.eye(2), df=3.0).logpdf(W).sum()
+    lml = ssgp_log_marginal_likelihood(RandomFourierFeatures(W), kernel, X, y, 0.1)
+    np.testing.assert_allclose(ld, prior + lml, rtol=1e-12)
+
+
+def test_maximum_likelihood_recovers_a_sinusoid_frequency():
+    # one frequency, ℓ = 1: y = sin(3x) is exactly representable at ω = ±3, the likelihood's maximum
+    x = jnp.linspace(0, 4, 80)[:, None]
+    y = jnp.sin(3.0 * x[:, 0])
+    gp = SparseSpectrumGP(psg.SquaredExponential(variance=1.0, lengthscale=1.0), Gaussian(0.01),
+                          frequencies=psg.Param(jnp.array([[2.6]])))
+    svi = SVI(gp.model, gp.guide, Adam(0.02), Trace_ELBO())
+    res = svi.run(jax.random.PRNGKey(0), 600, x, y, progress_bar=False)
+    assert abs(float(res.params["feature_frequencies"][0, 0]) - 3.0) < 0.01
+
+
+def test_map_guide_starts_frequencies_at_distinct_random_draws():
+    X, y = regression_data()
+    gp = SparseSpectrumGP(psg.SquaredExponential(), Gaussian(0.1), num_frequencies=6, input_dim=2)
+    svi = SVI(gp.model, gp.guide, Adam(0.01), Trace_ELBO())
+    W0 = np.asarray(svi.get_params(svi.init(jax.random.PRNGKey(0), X, y))["feature_frequencies_map"])
+    # a draw from the spectral density (the prior mean, 0, would make all six frequencies equal forever)
+    assert len(np.unique(np.round(W0, 8), axis=0)) == 6 and np.std(W0) > 0.3
+
+
+def test_predict_is_the_exact_gp_with_the_sparse_spectrum_kernel():
+    X, y = regression_data(20, 1)
+    Xs = jnp.linspace(-0.1, 1.1, 7)[:, None]
+    W = np.random.default_rng(5).normal(size=(5, 1))
+    kernel = psg.SquaredExponential(variance=1.4, lengthscale=0.3)
+    gp = SparseSpectrumGP(kernel, Gaussian(0.03), frequencies=W)
+    out = gp.predict(Xs, X, y, params={})
+    feat = RandomFourierFeatures(W)
+    K, Ks, Kss = (np.asarray(feat.gram(kernel, a, b)) for a, b in ((X, X), (Xs, X), (Xs, Xs)))
+    C = K + 0.03 * np.eye(20)
+    np.testing.assert_allclose(out["f_mean"], Ks @ np.linalg.solve(C, np.asarray(y)), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(out["f_var"], np.diag(Kss - Ks @ np.linalg.solve(C, Ks.T)), rtol=1e-6, atol=1e-10)
+
+
+def test_pairwise_median_matches_numpy():
+    for n in (7, 10, 33):
+        P = np.random.default_rng(n).standard_t(3, size=(n, 3))
+        ref = np.median((P[:, None] - P[None]) ** 2, axis=(0, 1))  # self-pairs included, as in the code
+        np.testing.assert_allclose(pairwise_median_sq(P), ref, rtol=1e-10)
+
+
+def test_cyclical_annealing_schedule():
+    t = np.arange(10)
+    np.testing.assert_allclose(cyclical_annealing(t, 10, 2, 0.5), np.sqrt((t % 5) / 5))
+    np.testing.assert_allclose(cyclical_annealing(t, 10, 2, 0.0), 1.0)
+
+
+def gaussian_model():
+    numpyro.sample("x", dist.MultivariateNormal(jnp.array([1.0, -2.0]), jnp.array([[1.0, 0.6], [0.6, 0.5]])))
+
+
+def point_guide(site, shape, scale=1.0):
+    def guide(*args, **kwargs):
+        loc = numpyro.param(f"{site}_map", lambda key: scale * jax.random.normal(key, shape))
+        numpyro.sample(site, dist.Delta(loc, event_dim=len(shape)))
+    return guide
+
+
+def test_svgd_reproduces_a_gaussian_target():
+    res = fit_stein(gaussian_model, point_guide("x", (2,)), jax.random.PRNGKey(0), num_particles=100,
+                    num_steps=1000, input_dim=2, particle_param="x_map", optim=Adagrad(0.5))
+    x = np.asarray(res.particles["x"])
+    # SVGD's fixed point with 100 particles: the mean is matched to sampling accuracy and the covariance
+    # to a few per cent in 2-D (the RBF kernel shrinks it slightly): 0.05 and 12 % leave margin
+    np.testing.assert_allclose(x.mean(0), [1.0, -2.0], atol=0.05)
+    np.testing.assert_allclose(np.cov(x.T), [[1.0, 0.6], [0.6, 0.5]], rtol=0.12, atol=0.05)
+
+
+def test_steinvi_reproduces_a_conjugate_posterior():
+    y = jnp.asarray(np.random.default_rng(1).normal(0.7, 1.0, 10))
+
+    def model(y):
+        theta = numpyro.sample("theta", dist.Normal(0.0, 2.0).expand((1,)).to_event(1))
+        numpyro.sample("y", dist.Normal(theta, 1.0), obs=y)
+
+    res = fit_stein(model, point_guide("theta", (1,), 2.0), jax.random.PRNGKey(1), y, num_particles=60,
+                    num_steps=1500, input_dim=1, particle_param="theta_map", optim=Adagrad(0.3))
+    theta = np.asarray(res.particles["theta"])[:, 0]
+    post_var = 1.0 / (1.0 / 4.0 + 10.0)
+    post_mean = post_var * float(jnp.sum(y))
+    # 60 particles in 1-D: mean within 0.1 posterior sd, variance within 10 %
+    assert abs(theta.mean() - post_mean) < 0.1 * math.sqrt(post_var)
+    assert abs(theta.var() / post_var - 1.0) < 0.1
+
+
+def tiny_msrfr(alpha=0.7, M=3, R=2):
+    X, y = regression_data(10, 2)
+    kernel = psg.SquaredExponential(variance=1.0, lengthscale=jnp.array([0.5, 0.8]))
+    gp = SparseSpectrumGP(kernel, Gaussian(0.05), frequencies=dist.Normal(0.0, 3.0).expand((R, 2)).to_event(2))
+    make = lambda cls: cls(gp.model, gp.particle_guide, SGD(1.0), FrequencyRBFKernel(2),  # noqa: E731
+                           num_stein_particles=M, num_elbo_particles=1, loss_temperature=1.0 / M,
+                           repulsion_temperature=alpha)
+    return gp, X, y, make
+
+
+def test_msrfr_step_is_eq_26_written_out():
+    alpha, M, R = 0.7, 3, 2
+    gp, X, y, make = tiny_msrfr(alpha, M, R)
+    stein = make(FrequencySteinVI)
+    state = jax.jit(stein.init)(jax.random.PRNGKey(0), X, y)
+    W0 = np.asarray(stein.get_params(state)["feature_frequencies_map"])
+    new, _ = jax.jit(stein.update)(state, X, y)
+    step = np.asarray(stein.get_params(new)["feature_frequencies_map"]) - W0  # SGD(1): the Stein force
+
+    # by hand: score of log p(y|Ω_j) + log p(Ω_j) (notes' formula, autodiff), pooled bandwidth, eq. (26)
+    Xn, yn, ell = np.asarray(X), np.asarray(y), np.array([0.5, 0.8])
+
+    def log_target(W):
+        proj = W @ (X / ell).T
+        P = jnp.vstack([jnp.cos(proj), jnp.sin(proj)]) / jnp.sqrt(R)
+        A = P @ P.T + 0.05 * jnp.eye(2 * R)
+        quad = y @ y - (P @ y) @ jnp.linalg.solve(A, P @ y)
+        lik = -quad / 0.1 - 0.5 * jnp.linalg.slogdet(A)[1] + R * jnp.log(0.05) - 5 * jnp.log(2 * jnp.pi * 0.05)
+        return lik + jnp.sum(jax.scipy.stats.norm.logpdf(W, 0.0, 3.0))
+
+    scores = np.stack([np.asarray(jax.grad(log_target)(jnp.asarray(W))) for W in W0])
+    pooled = W0.reshape(-1, 2)
+    h = np.median((pooled[:, None] - pooled[None]) ** 2, axis=(0, 1))
+    kappa = lambda a, b: np.exp(-0.5 * np.sum((a - b) ** 2 / h))  # noqa: E731
+    ref = np.zeros_like(W0)
+    for m in range(M):
+        for k in range(R):
+            for j in range(M):
+                for l in range(R):
+                    kv = kappa(W0[m, k], W0[j, l])
+                    ref[m, k] += (kv * scores[j, l] + alpha * kv * (W0[m, k] - W0[j, l]) / h) / M
+    np.testing.assert_allclose(step, ref, rtol=1e-9, atol=1e-12)
+    # and numpyro's stock SteinVI, through its generic matrix-kernel divergence, takes the same step
+    stock = make(SteinVI)
+    state2 = jax.jit(stock.init)(jax.random.PRNGKey(0), X, y)
+    new2, _ = jax.jit(stock.update)(state2, X, y)
+    np.testing.assert_allclose(stock.get_params(new2)["feature_frequencies_map"], W0 + ref, rtol=1e-9)
+
+
+def test_mixture_metrics_against_direct_formulas():
+    rng = np.random.default_rng(0)
+    y, mu, var = rng.normal(size=6), rng.normal(size=(3, 6)), rng.uniform(0.1, 1.0, (3, 6))
+    out = mixture_metrics(y, mu, var, y_scale=2.0)
+    logp = stats.norm.logpdf(y, mu, np.sqrt(var))
+    np.testing.assert_allclose(out["nlpd_point"], -np.mean(logsumexp(logp, 0) - np.log(3)), rtol=1e-12)
+    np.testing.assert_allclose(out["nlpd_joint"], -(logsumexp(logp.sum(1)) - np.log(3)), rtol=1e-12)
+    m, v = mu.mean(0), var.mean(0) + mu.var(0)
+    np.testing.assert_allclose(out["nlpd_gaussian"], -stats.norm.logpdf(y, m, np.sqrt(v)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(out["rmse"], 2.0 * np.sqrt(np.mean((y - m) ** 2)), rtol=1e-12)
+    one = mixture_metrics(y, mu[:1], var[:1])  # one component: joint = Σ pointwise = moment-matched
+    np.testing.assert_allclose(one["nlpd_joint"], 6 * one["nlpd_point"], rtol=1e-12)
+    np.testing.assert_allclose(one["nlpd_joint"], one["nlpd_gaussian"], rtol=1e-12)
+
+
+def test_msrfr_mixture_predictive_and_inference_data():
+    X, y = regression_data(40, 2)
+    Xs = jnp.asarray(np.random.default_rng(9).uniform(0, 1, (5, 2)))
+    kernel = psg.SquaredExponential(variance=1.0, lengthscale=psg.Param(jnp.array([0.4, 0.4]),
+                                                                        dist.constraints.positive))
+    gp = SparseSpectrumGP(kernel, Gaussian(0.02), frequencies=dist.Normal(0.0, 3.0).expand((4, 2)).to_event(2))
+    res = fit_msrfr(gp, X, y, jax.random.PRNGKey(0), num_particles=3, num_steps=30, lr=0.05,
+                    lr_shared=0.01, repulsion=1.0, annealing_power=0.5)
+    assert np.all(np.isfinite(np.asarray(res.losses)))
+    W, ell = np.asarray(res.particles["feature_frequencies"]), np.asarray(res.shared["kernel_lengthscale"])
+    out = gp.predict_particles(Xs, X, y, res.values())
+    # per particle the exact weight-space posterior (notes eqs. 7–8), mixed as in Algorithm 2
+    means, vars_ = [], []
+    for Wm in W:
+        f = lambda Z: np.vstack([np.cos(Wm @ (np.asarray(Z) / ell).T), np.sin(Wm @ (np.asarray(Z) / ell).T)]) / 2.0  # noqa: E731,E501
+        P, Ps = f(X), f(Xs)
+        A = P @ P.T + 0.02 * np.eye(8)
+        means.append(Ps.T @ np.linalg.solve(A, P @ np.asarray(y)))
+        vars_.append(0.02 * np.sum(Ps * np.linalg.solve(A, Ps), 0))
+    means, vars_ = np.array(means), np.array(vars_)
+    np.testing.assert_allclose(out["f_mean_draws"], means, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(out["f_mean"], means.mean(0), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(out["f_var"], vars_.mean(0) + means.var(0), rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(out["y_var_draws"], vars_ + 0.02, rtol=1e-6)
+    idata = stein_inference_data(res, gp, X, y)
+    post = idata.posterior
+    assert post["feature_frequencies"].dims == ("chain", "draw", "particle", "frequency", "input_dim")
+    np.testing.assert_allclose(post["feature_frequencies"].values[0, 0], W)
+    np.testing.assert_allclose(post["kernel_lengthscale"].values[0, 0], ell)
+    lml = [gp.log_marginal_likelihood({"feature_frequencies": Wm, "kernel_lengthscale": ell}, X, y) for Wm in W]
+    np.testing.assert_allclose(idata.sample_stats["log_marginal_likelihood"].values[0, 0], lml, rtol=1e-10)
+    diag = stein_diagnostics(idata)
+    pair = [np.sqrt(np.mean((W[i] - W[j]) ** 2)) for i in range(3) for j in range(3) if i != j]
+    np.testing.assert_allclose([diag["particle_distance_min"], diag["particle_distance_mean"]],
+                               [min(pair), np.mean(pair)], rtol=1e-12)
+    w = np.exp(np.array(lml) - max(lml))
+    np.testing.assert_allclose(diag["lml_weight_ess"], w.sum() ** 2 / np.sum(w ** 2), rtol=1e-10)
+    assert diag["stein_force_final"] == float(res.losses[-1])
+
+
+def test_bad_input_is_rejected():
+    X, y = regression_data()
+    with pytest.raises(ValueError, match="num_frequencies"):
+        SparseSpectrumGP(psg.SquaredExponential(), Gaussian(0.1))
+    with pytest.raises(ValueError, match="init"):
+        SparseSpectrumGP(psg.SquaredExponential(), Gaussian(0.1), num_frequencies=2, input_dim=2, init="sobol")
+    gp = SparseSpectrumGP(psg.SquaredExponential(lengthscale=dist.LogNormal(0, 1)), Gaussian(0.1),
+                          num_frequencies=2, input_dim=2)
+    with pytest.raises(ValueError, match="Params"):
+        fit_msrfr(gp, X, y, jax.random.PRNGKey(0), num_particles=2, num_steps=1)
+    gp = SparseSpectrumGP(psg.SquaredExponential(), Gaussian(0.1), frequencies=np.ones((2, 2)))
+    with pytest.raises(ValueError, match="prior"):
+        fit_msrfr(gp, X, y, jax.random.PRNGKey(0), num_particles=2, num_steps=1)
+    with pytest.raises(ValueError, match="y"):
+        ssgp_log_marginal_likelihood(gp.feature, psg.SquaredExponential(), X, y[:-1], 0.1)
+    with pytest.raises(ValueError, match="X"):
+        ssgp_log_marginal_likelihood(gp.feature, psg.SquaredExponential(), X[:, :1], y, 0.1)
+    with pytest.raises(ValueError, match="input_dim"):
+        FrequencyRBFKernel(0)
