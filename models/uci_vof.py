@@ -35,7 +35,7 @@ from numpyro.distributions import constraints
 from models import ModelSpec
 from ppl_sparsegp import Additive, InducingPoints, Matern32, Matern52, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.features.orthogonal import (ESTIMATORS, AdditiveOrthogonal, HermiteFeatures,
-                                              TrigonometricFeatures)
+                                              TrigonometricFeatures, quadrature_nodes)
 from ppl_sparsegp.likelihoods import Gaussian
 
 from .vof_regression import svi_params
@@ -106,8 +106,8 @@ def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="s
     lik = Gaussian(variance=dist.LogNormal(math.log(0.05), 1.0))
 
     def per_input(cls):
-        return Additive([cls(variance=dist.LogNormal(math.log(1.0 / D), 1.0), lengthscale=dist.LogNormal(0.0, 1.0))
-                         for _ in range(D)])
+        return Additive([cls(variance=dist.LogNormal(math.log(1.0 / D), 1.0),
+                             lengthscale=dist.LogNormal(0.0, 1.0)) for _ in range(D)])
 
     if features == "inducing":
         M = min(num_features or 100, X.shape[0])
@@ -123,8 +123,11 @@ def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="s
         feats = [HermiteFeatures(M, input_scale=Param(1.0, constraints.positive)) for _ in range(D)]
         kernel = per_input(SquaredExponential)
     elif features == "trig":
+        # quadrature sized for bands up to 30 over the standardised inputs (test inputs up to 1.5x further);
+        # a band that outgrows it is caught by check_inputs at prediction time
+        nodes = quadrature_nodes(30.0, 1.5 * float(np.max(np.abs(X))), M)
         feats = [TrigonometricFeatures(M, band=Param(5.0, constraints.positive), estimator=estimator,
-                                       num_samples=num_samples) for _ in range(D)]
+                                       num_samples=num_samples, num_quadrature=nodes) for _ in range(D)]
         kernel = per_input(_BASE_KERNELS[base_kernel])
     else:
         raise ValueError(f"features must be 'hermite', 'trig' or 'inducing', got {features!r}")

@@ -37,7 +37,8 @@ rng = np.random.default_rng(0)
 X = np.sort(rng.uniform(-3, 3, 80))[:, None]
 kernel = psg.Matern52(1.0, 0.2)
 noise = 0.03**2
-y = np.linalg.cholesky(np.asarray(kernel(X)) + 1e-10 * np.eye(80)) @ rng.normal(size=80) + 0.03 * rng.normal(size=80)
+L = np.linalg.cholesky(np.asarray(kernel(X)) + 1e-10 * np.eye(80))
+y = L @ rng.normal(size=80) + 0.03 * rng.normal(size=80)
 X, y = jnp.asarray(X), jnp.asarray(y)
 Xs = jnp.linspace(-3.5, 3.5, 300)[:, None]
 
@@ -64,7 +65,7 @@ feature = TrigonometricFeatures(31, band=psg.Param(10.0, constraints.positive), 
                                 num_samples=50)
 gp_learnt = psg.SparseGP(feature, kernel, Gaussian(noise), q_cov="diag")
 svi = SVI(gp_learnt.model, gp_learnt.guide, numpyro.optim.Adam(0.01), TraceMeanField_ELBO())
-result = svi.run(jax.random.PRNGKey(0), 1000 if QUICK else 5000, X, y, progress_bar=False)
+result = svi.run(jax.random.PRNGKey(0), 500 if QUICK else 3000, X, y, progress_bar=False)
 print("learnt band a =", float(result.params["feature_band"]))
 
 # %%

@@ -19,7 +19,7 @@ import ppl_sparsegp as psg
 from ppl_sparsegp.features.orthogonal import (AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures,
                                               hermite_width, mc_moments, monte_carlo_conditional)
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.linalg import Dense, Diagonal, Identity
+from ppl_sparsegp.linalg import Dense, Identity
 
 
 def input_scale_from_width(r, ell):
@@ -76,7 +76,8 @@ def test_hermite_features_have_identity_kuu_and_their_defining_functions():
 
     def g(m):
         c = 2 ** ((-m - 0.5) / 2) * np.sqrt(r) / np.sqrt(factorial(m) * np.pi * v * ell) * (Q / P) ** (m / 2)
-        return (-1) ** (m // 2) * c / np.sqrt(P) * np.exp(-x**2 / (2 * P)) * eval_hermite(m, r * x / np.sqrt(P * Q))
+        G_m = eval_hermite(m, r * x / np.sqrt(P * Q))
+        return (-1) ** (m // 2) * c / np.sqrt(P) * np.exp(-x**2 / (2 * P)) * G_m
 
     G = np.stack([g(m) for m in range(8)])
     kernel = psg.SquaredExponential(v, ell)
@@ -315,7 +316,8 @@ def test_monte_carlo_elbo_is_unbiased(estimator):
     noise = 0.03**2
     Kmn = psg.Kuf(feature, kernel, X)
     m, S, _ = optimal_q(Kmn, y, noise)
-    params = {"f_v_loc": 0.9 * jnp.asarray(m), "f_v_scale_tril": jnp.linalg.cholesky(jnp.asarray(S) + 0.01 * jnp.eye(31))}
+    params = {"f_v_loc": 0.9 * jnp.asarray(m),
+              "f_v_scale_tril": jnp.linalg.cholesky(jnp.asarray(S) + 0.01 * jnp.eye(31))}
     gp_mc = psg.SparseGP(feature, kernel, Gaussian(noise))
     gp_ex = psg.SparseGP(feature.replace(estimator="exact"), kernel, Gaussian(noise))
     exact = gp_mc.elbo(params, X, y)  # no seed handler: quadrature
@@ -403,7 +405,8 @@ def test_svi_with_mc_estimator_and_learnable_band_reaches_the_optimum():
     assert 4.0 < band < 6.5
     Kmn = psg.Kuf(TrigonometricFeatures(11, band=band), kernel, X)
     m, _, s = optimal_q(Kmn, y, noise)
-    best = gp.elbo({"f_v_loc": jnp.asarray(m), "f_v_scale": jnp.sqrt(jnp.asarray(s)), "feature_band": band}, X, y)
+    best = gp.elbo({"f_v_loc": jnp.asarray(m), "f_v_scale": jnp.sqrt(jnp.asarray(s)), "feature_band": band},
+                   X, y)
     got = gp.elbo(res.params, X, y)
     assert best - 2.0 < got <= best + 1e-8
 
@@ -432,8 +435,9 @@ def test_additive_features_match_the_additive_kernel():
     np.testing.assert_allclose(K0.T @ K0, kernel.kernels[0](X[:, :1]), atol=1e-4)
     np.testing.assert_allclose(K1.T @ K1, kernel.kernels[1](X[:, 1:]), atol=1e-2)
     np.testing.assert_allclose(K.T @ K, kernel(X), atol=1.1e-2)
-    sites = psg.SparseGP(AdditiveOrthogonal([HermiteFeatures(4, input_scale=psg.Param(1.0, constraints.positive)),
-                                             TrigonometricFeatures(5, band=psg.Param(3.0, constraints.positive))]),
+    positive = constraints.positive
+    sites = psg.SparseGP(AdditiveOrthogonal([HermiteFeatures(4, input_scale=psg.Param(1.0, positive)),
+                                             TrigonometricFeatures(5, band=psg.Param(3.0, positive))]),
                          kernel, Gaussian(0.1))
     tr = handlers.trace(handlers.seed(sites.guide, 0)).get_trace(X, None)
     assert {"feature_0_input_scale", "feature_1_band"} <= set(tr)

@@ -177,7 +177,8 @@ def main(argv=None):
                              "theta_dense": th_dense, "theta_diag": th_diag})
     param = {"hermite": "σ_p", "trig": "a"}
     for family in ("hermite", "trig"):
-        print(f"\n### {family}: exact log marginal likelihood − ELBO (nats; optimal q, {param[family]} optimised)\n")
+        print(f"\n### {family}: exact log marginal likelihood − ELBO "
+              f"(nats; optimal q, {param[family]} optimised)\n")
         print("| M | " + " | ".join(f"{d} dense | {d} diag" for d in dists) + " |")
         print("|---|" + "---|---|" * len(dists))
         for M in Ms:

@@ -3,6 +3,8 @@ from .base import Dispatcher, InducingFeature, Kuf, Kuu
 from .combinations import AdditiveFeatures, KroneckerFeatures
 from .fourier import FourierFeatures
 from .inducing_points import InducingPoints
+from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures
 
 __all__ = ["Dispatcher", "InducingFeature", "Kuf", "Kuu", "InducingPoints", "FourierFeatures",
-           "AdditiveFeatures", "KroneckerFeatures"]
+           "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures",
+           "TrigonometricFeatures"]

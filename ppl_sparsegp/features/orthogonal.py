@@ -73,7 +73,7 @@ from .base import InducingFeature, Kuf, Kuu
 from .combinations import AdditiveFeatures
 
 __all__ = ["HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "hermite_width",
-           "mc_moments", "monte_carlo_conditional", "ESTIMATORS", "BASES"]
+           "mc_moments", "monte_carlo_conditional", "quadrature_nodes", "ESTIMATORS", "BASES"]
 
 ESTIMATORS = ("exact", "stratified", "paired")
 BASES = ("fourier", "dirichlet")
@@ -226,6 +226,16 @@ def _kuf_hermite(feature, kernel, X):
 
 
 # --- trigonometric features ----------------------------------------------------------------------------
+def quadrature_nodes(band, reach, num_features):
+    r"""Gauss–Legendre nodes the exact TrigVOF Kuf needs: :math:`\lceil\Phi/2\rceil + 16` with
+    :math:`\Phi = a\,\max|x - c| + \pi M/2` (see :class:`TrigonometricFeatures`).
+
+    :param band: the largest band a expected (a learnt band may grow: give a bound).
+    :param reach: :math:`\max|x - c|` over the inputs (training and prediction).
+    """
+    return int(math.ceil((band * reach + math.pi * num_features / 2) / 2)) + 16
+
+
 class TrigonometricFeatures(InducingFeature):
     r"""TrigVOF: an orthonormal basis of :math:`L^2[-a, a]` for any stationary kernel in 1-D [1, §3.1.2].
 
@@ -244,8 +254,9 @@ class TrigonometricFeatures(InducingFeature):
     errors below 1e-10, Φ/4 + 8 about 1e-4.
 
     Monte Carlo estimators (``estimator="stratified"`` or ``"paired"``, used while an ELBO evaluates the
-    model, i.e. in an SVI step; see the module docstring): two independent sets of T frequencies, each a systematic grid
-    :math:`\omega_i = -a + 2a(i - 1 + U)/T`, :math:`U\sim\mathcal U(0,1)`, weight :math:`2a/T` [1, App. E.1]:
+    model, i.e. in an SVI step; see the module docstring): two independent sets of T frequencies, each a
+    systematic grid :math:`\omega_i = -a + 2a(i - 1 + U)/T`, :math:`U\sim\mathcal U(0,1)`, weight
+    :math:`2a/T` [1, App. E.1]:
 
     * ``"stratified"`` (what the authors ran): :math:`\hat\mu_1,\hat\mu_2` from the two grids (2T samples
       for the mean), the variance term from the outer product of the grids (T² pairs). Cost per step
@@ -301,13 +312,13 @@ class TrigonometricFeatures(InducingFeature):
         X = _one_column(self, X, name)
         a, c = _initial(self.band), _initial(self.centre)
         if a is not None and c is not None and is_concrete(X) and X.shape[0]:
-            phase = a * float(np.max(np.abs(np.asarray(X)[:, 0] - c))) + math.pi * self.M / 2
-            needed = int(math.ceil(phase / 2)) + 16
+            reach = float(np.max(np.abs(np.asarray(X)[:, 0] - c)))
+            needed = quadrature_nodes(a, reach, self.M)
             if self.num_quadrature < needed:
                 raise ValueError(
-                    f"{name}: inputs up to |x - c| = {float(np.max(np.abs(np.asarray(X)[:, 0] - c))):.3g} "
-                    f"with band {a:.3g} and M = {self.M} need num_quadrature >= {needed}, got "
-                    f"{self.num_quadrature}; standardise the inputs or raise num_quadrature")
+                    f"{name}: inputs up to |x - c| = {reach:.3g} with band {a:.3g} and M = {self.M} need "
+                    f"num_quadrature >= {needed}, got {self.num_quadrature}; standardise the inputs or "
+                    "raise num_quadrature")
         return X
 
     @property
