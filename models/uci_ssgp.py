@@ -20,17 +20,13 @@ References:
 """
 from __future__ import annotations
 
-import csv
-import os
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
-from ppl_sparsegp import Param, SquaredExponential
+from ppl_sparsegp import Param, SquaredExponential, datasets
 from ppl_sparsegp.features.random_fourier import SpectralDensity
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, pairwise_median_sq,
@@ -57,27 +53,16 @@ DATASETS = {
 NUM_STEPS = 1000  # the paper's iterations for every iterative model except SVGP
 
 
-def data_dir() -> Path:
-    """``$PPL_SPARSEGP_DATA`` or ``<repo>/../shared/data``."""
-    env = os.environ.get("PPL_SPARSEGP_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
 def load_dataset(name: str):
-    """``(X, y, feature_names)`` of one SRF data set as published (unscaled)."""
+    """``(X, y, feature_names)`` of one SRF data set as published (unscaled), through
+    :func:`ppl_sparsegp.datasets.load_srf` (data directory ``$PPL_SPARSEGP_DATA``, default
+    ``../shared/data``; a missing directory raises FileNotFoundError naming the variable)."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
-    path = data_dir() / "srf" / f"{name}.csv"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"data file {path} not found: set PPL_SPARSEGP_DATA to the folder holding srf/{name}.csv "
-            f"(the shared data directory, see shared/data/README)")
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    header, body = rows[0], np.asarray(rows[1:], dtype=float)
-    cfg = DATASETS[name]
-    cols = [i for i, h in enumerate(header) if h != cfg["target"] and h not in cfg["drop"]]
-    return body[:, cols], body[:, header.index(cfg["target"])], [header[i] for i in cols]
+    X, y, names, target = datasets.load_srf(name, return_names=True)
+    if target != DATASETS[name]["target"]:
+        raise ValueError(f"{name}: expected target {DATASETS[name]['target']!r}, the loader gave {target!r}")
+    return X, y, names
 
 
 def split(name: str, seed: int):

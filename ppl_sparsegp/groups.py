@@ -140,20 +140,21 @@ class Group:
         return out
 
     def check(self, input_dim: int, scale: float = 1.0):
-        """Check on a random probe that every way acts on D inputs, is cyclic of its order and that the
-        ways commute; raise ``ValueError`` otherwise."""
+        """Check on a random probe that every way acts on D inputs and is cyclic of its order, that the
+        ways commute, and that the T̃ elements :math:`G^{\mathbf s}` are distinct (no way repeats another,
+        every order is minimal); raise ``ValueError`` otherwise."""
         for way in self.ways:
             way.check_dim(input_dim)
         rng = np.random.default_rng(0)
         x = _probe(self.ways, input_dim, scale, rng)
+        for s in self.multi_indices()[1:]:
+            if np.allclose(np.asarray(self.apply(x, s)), x):
+                raise ValueError(f"G^{s} is the identity on a random probe: the orders are not minimal or the "
+                                 "ways are not independent (a repeated way gives zero sub-kernels)")
         for j, way in enumerate(self.ways):
             back = np.asarray(way.power(way.power(x, way.order - 1), 1))
             if not np.allclose(back, x, atol=1e-8 * max(scale, 1.0)):
                 raise ValueError(f"{way!r} is not {way.order}-cyclic on this input (G^T x != x)")
-            for s in range(1, way.order):
-                if np.allclose(np.asarray(way.power(x, s)), x):
-                    raise ValueError(f"{way!r}: G^{s} is the identity on a random probe, so the order "
-                                     f"{way.order} is not minimal")
             for other in self.ways[j + 1:]:
                 a = np.asarray(way.power(other.power(x, 1), 1))
                 b = np.asarray(other.power(way.power(x, 1), 1))

@@ -528,7 +528,7 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
               lr: float = 0.1, lr_shared: float | None = None, repulsion: float = 1.0,
               annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 1e-4,
               likelihood_scale: float = 1.0, bandwidth_scale: float = 1.0,
-              num_elbo_particles: int | None = None) -> SteinResult:
+              num_elbo_particles: int = 1) -> SteinResult:
     r"""M-SRFR [2, §4.2–4.4]: M particles :math:`\Omega_m`, target :math:`\log p(\mathbf y\mid\Omega_m)
     + \log p(\Omega_m)`, hyperparameters shared, through SteinVI (:func:`fit_stein`).
 
@@ -537,7 +537,8 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
         posterior).
     :param likelihood_scale: tempering of the likelihood; the authors' code uses 1/M [3, §1.6].
     :param lr, lr_shared: Adam step sizes of the particles and of the shared hyperparameters.
-    :param num_elbo_particles: random particles per step for the shared parameters' gradient (default M).
+    :param num_elbo_particles: random particles per step for the shared parameters' gradient (default 1:
+        an unbiased one-particle estimate of the mean over particles; each extra one costs an SSGP gradient).
     """
     if not isinstance(gp, SparseSpectrumGP) or not gp.latent_frequencies:
         raise ValueError("fit_msrfr needs a SparseSpectrumGP whose frequencies have a prior (a Distribution)")
@@ -551,7 +552,7 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
                      input_dim=gp.feature.input_dim, particle_param="feature_frequencies_map", lr=lr,
                      lr_shared=lr_shared, repulsion=repulsion, annealing_power=annealing_power,
                      num_cycles=num_cycles, weight_decay=weight_decay, bandwidth_scale=bandwidth_scale,
-                     num_elbo_particles=num_particles if num_elbo_particles is None else num_elbo_particles,
+                     num_elbo_particles=num_elbo_particles,
                      likelihood_scale=likelihood_scale)
 
 

@@ -168,5 +168,7 @@ def test_bad_arguments_raise():
         ImageFlip((4, 4), 0).check(15)
     with pytest.raises(ValueError, match="do not commute"):
         (Rotation(4, plane=(0, 1)) * Rotation(4, plane=(1, 2))).check(3)
+    with pytest.raises(ValueError, match="not independent"):
+        (Negation() * Negation()).check(3)
     with pytest.raises(ValueError, match="needs at least"):
         Rotation(3, plane=(0, 3)).check(3)

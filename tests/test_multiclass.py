@@ -191,6 +191,7 @@ def test_predict_from_samples_mixes_the_per_draw_conditionals():
     np.testing.assert_allclose(np.sum(out["y_mean"], -1), 1.0, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("likelihood", [RobustMax(3), Softmax(3, num_samples=16)], ids=["robustmax", "softmax"])
 def test_svi_learns_a_three_class_problem(likelihood):
     """End to end with harmonic features: three angular sectors of the plane are separable, so the

@@ -182,10 +182,10 @@ class HarmonicFeatures(InducingFeature):
         O = group.orbit(Z)
         if Z.ndim == 2:
             K = kernel(Z, O.reshape(-1, D)).reshape(m, Tt, m)
-            Kt = jnp.einsum("ts,isj->tij", W, K)
+            Kt = jnp.einsum("ts,isj->tij", W, K)  # [K_t,uu]_ij = Σ_s W_ts k(z_i, G^s z_j) (notes §1 [1])
         else:  # block t needs k(Z_t, G^s Z_t) only
             K = jax.vmap(lambda z, o: kernel(z, o.reshape(-1, D)))(Z, jnp.swapaxes(O, 0, 1))
-            Kt = jnp.einsum("ts,tisj->tij", W, K.reshape(Z.shape[0], m, Tt, m))
+            Kt = jnp.einsum("ts,tisj->tij", W, K.reshape(Z.shape[0], m, Tt, m))  # Σ_s W_ts k(z_ti, G^s z_tj)
         return 0.5 * (Kt + jnp.swapaxes(Kt, -1, -2))  # symmetric in exact arithmetic
 
 
@@ -203,7 +203,7 @@ def _kuu_harmonic(feature, kernel):
 def _kuf_harmonic(feature, kernel, X):
     K = feature.orbit_gram(kernel, X)
     W = jnp.asarray(feature.group.weights(), dtype=K.dtype)
-    if feature.Z.ndim == 2:
+    if feature.Z.ndim == 2:  # [K_t,uf]_in = Σ_s W_ts k(G^s z_i, x_n) (notes §1 [1])
         Kt = jnp.einsum("ts,smn->tmn", W, K)
     else:
         Kt = jnp.einsum("ts,stmn->tmn", W, K)
