@@ -15,7 +15,6 @@
 import os
 
 import jax
-import jax.numpy as jnp
 import matplotlib
 import numpy as np
 import numpyro

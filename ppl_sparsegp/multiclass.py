@@ -34,7 +34,6 @@ References:
 """
 from __future__ import annotations
 
-import math
 
 import jax
 import jax.numpy as jnp

@@ -2,7 +2,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
