@@ -288,6 +288,13 @@ def plot(spec, idata, path):
 
 
 # --- command line -------------------------------------------------------------------------------------
+def _default_method():
+    """NUFFT statistics when jax-finufft is installed (the ``nufft`` extra), the dense path otherwise."""
+    import importlib.util
+
+    return "nufft" if importlib.util.find_spec("jax_finufft") is not None else "dense"
+
+
 def add_arguments(parser):
     parser.add_argument("--csv", default=None, help="CSV file with a header row (default: synthetic data)")
     parser.add_argument("--target", default=AIRLINE_TARGET, help=f"target column (default {AIRLINE_TARGET})")
@@ -297,7 +304,7 @@ def add_arguments(parser):
                         help=f"N synthetic rows with 8 covariates (default {DEFAULT_SYNTHETIC} without --csv)")
     parser.add_argument("--num-frequencies", type=int, default=NUM_FREQUENCIES,
                         help=f"frequencies per input including 0 (default {NUM_FREQUENCIES}: 59 features)")
-    parser.add_argument("--stats-method", choices=("nufft", "dense"), default="nufft",
+    parser.add_argument("--stats-method", choices=("nufft", "dense"), default=_default_method(),
                         help="sufficient statistics by NUFFT (default) or dense products")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 2/3 : 1/3 split")
     parser.add_argument("--diagnostic-rows", type=int, default=2000,
@@ -331,7 +338,7 @@ def build(args) -> ModelSpec:
     M = getattr(args, "num_frequencies", NUM_FREQUENCIES)
     if int(M) != M or M < 1:
         raise ValueError(f"--num-frequencies must be a positive integer, got {M!r}")
-    method = getattr(args, "stats_method", "nufft")
+    method = getattr(args, "stats_method", None) or _default_method()
     feature = make_feature(X.shape[1], M)
     t0 = time.perf_counter()
     stats = fourier_statistics(feature, data["X"], data["y"], method=method)
