@@ -20,7 +20,6 @@ References:
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist

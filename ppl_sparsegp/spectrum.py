@@ -100,7 +100,7 @@ from numpyro.contrib.einstein.stein_kernels import SteinKernel
 from numpyro.distributions import Distribution
 from numpyro.optim import _NumPyroOptim
 
-from ._module import Param, _initial_value, instantiate
+from ._module import _initial_value, instantiate
 from .approximations import CollapsedGP
 from .features.base import Kuf, Kuu
 from .features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
@@ -181,12 +181,15 @@ class SparseSpectrumGP(CollapsedGP):
         R, D = self.feature.num_frequencies, self.feature.input_dim
         return sample_frequencies(type(self.kernel), rng_key, R, D, self.init)
 
+    def _frequency_point_mass(self):
+        loc = numpyro.param("feature_frequencies_map", self.init_frequencies)
+        return numpyro.sample("feature_frequencies", dist.Delta(loc, event_dim=2))
+
     def components(self, *, point: bool = False):
         if not (point and self.latent_frequencies):
             return super().components(point=point)
         # guide: a point mass at a random draw (see ``init``); the rest as in GPModel.point_guide
-        loc = numpyro.param("feature_frequencies_map", self.init_frequencies)
-        omega = numpyro.sample("feature_frequencies", dist.Delta(loc, event_dim=2))
+        omega = self._frequency_point_mass()
         kernel = instantiate(self.kernel, "kernel_", point=True)
         likelihood = instantiate(self.likelihood, "likelihood_", point=True)
         if isinstance(self.mean, Distribution):
@@ -218,8 +221,7 @@ class SparseSpectrumGP(CollapsedGP):
         Hyperparameters must be numbers or Params (model-level params, which SteinVI shares between
         particles); numpyro 0.22's SteinVI cannot hold guide params shared between particles whose
         shapes differ from the particles'."""
-        loc = numpyro.param("feature_frequencies_map", self.init_frequencies)
-        return numpyro.sample("feature_frequencies", dist.Delta(loc, event_dim=2))
+        return self._frequency_point_mass()
 
     def log_marginal_likelihood(self, values: dict, X, y):
         """:math:`\\log p(\\mathbf y\\mid\\Omega, \\theta)` at site/param values (e.g. one particle)."""
@@ -323,7 +325,8 @@ class FrequencyBlockMatrix:
 
     def divergence(self):
         grad_x = jax.grad(self.base, argnums=1)
-        return jax.vmap(lambda yk: jnp.sum(jax.vmap(lambda xl: grad_x(yk, xl))(self.X), 0))(self.Y).reshape(-1)  # Eq. (67) [2]
+        row = lambda yk: jnp.sum(jax.vmap(lambda xl: grad_x(yk, xl))(self.X), 0)  # noqa: E731
+        return jax.vmap(row)(self.Y).reshape(-1)  # Eq. (67) [2]
 
     def to_dense(self):
         return jnp.kron(self.block, jnp.eye(self.D, dtype=self.X.dtype))

@@ -166,7 +166,8 @@ def test_steinvi_reproduces_a_conjugate_posterior():
 def tiny_msrfr(alpha=0.7, M=3, R=2):
     X, y = regression_data(10, 2)
     kernel = psg.SquaredExponential(variance=1.0, lengthscale=jnp.array([0.5, 0.8]))
-    gp = SparseSpectrumGP(kernel, Gaussian(0.05), frequencies=dist.Normal(0.0, 3.0).expand((R, 2)).to_event(2))
+    prior = dist.Normal(0.0, 3.0).expand((R, 2)).to_event(2)
+    gp = SparseSpectrumGP(kernel, Gaussian(0.05), frequencies=prior)
     make = lambda cls: cls(gp.model, gp.particle_guide, SGD(1.0), FrequencyRBFKernel(2),  # noqa: E731
                            num_stein_particles=M, num_elbo_particles=1, loss_temperature=1.0 / M,
                            repulsion_temperature=alpha)
@@ -241,8 +242,8 @@ def test_msrfr_mixture_predictive_and_inference_data():
     # per particle the exact weight-space posterior (notes eqs. 7–8), mixed as in Algorithm 2
     means, vars_ = [], []
     for Wm in W:
-        f = lambda Z: np.vstack([np.cos(Wm @ (np.asarray(Z) / ell).T), np.sin(Wm @ (np.asarray(Z) / ell).T)]) / 2.0  # noqa: E731,E501
-        P, Ps = f(X), f(Xs)
+        proj = lambda Z: Wm @ (np.asarray(Z) / ell).T  # noqa: E731
+        P, Ps = (np.vstack([np.cos(proj(Z)), np.sin(proj(Z))]) / 2.0 for Z in (X, Xs))
         A = P @ P.T + 0.02 * np.eye(8)
         means.append(Ps.T @ np.linalg.solve(A, P @ np.asarray(y)))
         vars_.append(0.02 * np.sum(Ps * np.linalg.solve(A, Ps), 0))

@@ -49,14 +49,23 @@ RESULTS = Path(__file__).resolve().parent / "results" / "srf_uci.json"
 
 #: Table 1 of the paper (mean ± sd over 10 seeds; notes §2.2): RMSE in original units, joint NLPD
 PAPER = {
-    "rmse": {"msrfr": {"airfoil": (1.88, 0.27), "concrete": (4.13, 0.72), "energy": (0.29, 0.04), "wine": (0.59, 0.04)},
-             "ssgp": {"airfoil": (2.41, 0.53), "concrete": (5.03, 0.74), "energy": (0.37, 0.05), "wine": (0.87, 0.04)},
-             "ssgp_rbf": {"airfoil": (2.90, 0.60), "concrete": (5.74, 0.58), "energy": (0.48, 0.03), "wine": (0.82, 0.08)},
-             "svgp": {"airfoil": (2.36, 0.24), "concrete": (6.35, 0.69), "energy": (2.72, 0.17), "wine": (0.62, 0.04)}},
-    "nlpd_joint": {"msrfr": {"airfoil": (454.3, 134.5), "concrete": (113.9, 77.3), "energy": (-283.7, 38.4), "wine": (1882.5, 205.3)},
-                   "ssgp": {"airfoil": (216.0, 159.9), "concrete": (23.1, 14.0), "energy": (-288.0, 23.9), "wine": (783.9, 82.3)},
-                   "ssgp_rbf": {"airfoil": (780.5, 457.0), "concrete": (36.3, 11.8), "energy": (-249.4, 8.7), "wine": (791.1, 160.7)},
-                   "svgp": {"airfoil": (487.0, 203.4), "concrete": (272.8, 120.3), "energy": (993.6, 205.3), "wine": (2334.9, 457.0)}},
+    "rmse": {
+        "msrfr": {"airfoil": (1.88, 0.27), "concrete": (4.13, 0.72), "energy": (0.29, 0.04), "wine": (0.59, 0.04)},
+        "ssgp": {"airfoil": (2.41, 0.53), "concrete": (5.03, 0.74), "energy": (0.37, 0.05), "wine": (0.87, 0.04)},
+        "ssgp_rbf": {"airfoil": (2.90, 0.60), "concrete": (5.74, 0.58), "energy": (0.48, 0.03),
+                     "wine": (0.82, 0.08)},
+        "svgp": {"airfoil": (2.36, 0.24), "concrete": (6.35, 0.69), "energy": (2.72, 0.17), "wine": (0.62, 0.04)},
+    },
+    "nlpd_joint": {
+        "msrfr": {"airfoil": (454.3, 134.5), "concrete": (113.9, 77.3), "energy": (-283.7, 38.4),
+                  "wine": (1882.5, 205.3)},
+        "ssgp": {"airfoil": (216.0, 159.9), "concrete": (23.1, 14.0), "energy": (-288.0, 23.9),
+                 "wine": (783.9, 82.3)},
+        "ssgp_rbf": {"airfoil": (780.5, 457.0), "concrete": (36.3, 11.8), "energy": (-249.4, 8.7),
+                     "wine": (791.1, 160.7)},
+        "svgp": {"airfoil": (487.0, 203.4), "concrete": (272.8, 120.3), "energy": (993.6, 205.3),
+                 "wine": (2334.9, 457.0)},
+    },
 }
 
 
@@ -123,7 +132,8 @@ def fit_svgp(name, seed, steps, lr=0.01):
     import jax
     import numpy as np
     import numpyro.distributions as dist
-    from numpyro.infer import TraceMeanField_ELBO  # noqa: F401  (the ELBO SparseGP.guide is written for)
+    from numpyro.infer import SVI, TraceMeanField_ELBO
+    from numpyro.optim import Adam
 
     from models import uci_ssgp
     from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
@@ -136,9 +146,6 @@ def fit_svgp(name, seed, steps, lr=0.01):
     pos = dist.constraints.positive
     kernel = SquaredExponential(Param(1.0, pos), Param(np.sqrt(uci_ssgp.initial_lengthscale(X)) + 0.1, pos))
     gp = SparseGP(InducingPoints(Param(Z)), kernel, Gaussian(Param(0.1, pos)))
-    from numpyro.infer import SVI
-    from numpyro.optim import Adam
-
     t0 = time.perf_counter()
     svi = SVI(gp.model, gp.guide, Adam(lr), TraceMeanField_ELBO())
     res = svi.run(jax.random.PRNGKey(seed), steps, X, y, progress_bar=False)
