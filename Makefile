@@ -14,5 +14,6 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/python -m inference fit pines --method nuts
 
+# one pytest worker per core (at most 4), whole files per worker so each keeps its compilation caches
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
