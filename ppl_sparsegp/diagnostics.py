@@ -41,6 +41,7 @@ from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
 from .approximations import CollapsedGP
+from .grid import Grid
 from .kernels import check_inputs
 
 with warnings.catch_warnings():  # arviz 0.2x announces its 1.0 refactor on import
@@ -103,8 +104,10 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     ``attrs``: stored on the posterior group (e.g. ``{"inference": "stein"}``). Other arguments as in
     :func:`from_mcmc`.
     """
-    X, y = jnp.asarray(X), jnp.asarray(y)
-    N = X.shape[0]
+    # the model receives X as given (a Grid stays a Grid: its Kronecker paths); the groups store points
+    X = X if isinstance(X, Grid) else jnp.asarray(X)
+    points, y = (X.points() if isinstance(X, Grid) else X), jnp.asarray(y)
+    N = points.shape[0]
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     kw = _data_kwargs(model_kwargs)
     all_dims = {"y": ["obs"], "f": ["obs"], "X": ["obs", "input"]}
@@ -114,7 +117,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     all_dims.update(dims or {})
 
     groups = {"posterior": {k: np.asarray(v) for k, v in samples.items()},
-              "observed_data": {"y": np.asarray(y)}, "constant_data": {"X": np.asarray(X)}}
+              "observed_data": {"y": np.asarray(y)}, "constant_data": {"X": np.asarray(points)}}
     if sample_stats:
         groups["sample_stats"] = sample_stats
     if log_likelihood and not isinstance(gp, CollapsedGP):
