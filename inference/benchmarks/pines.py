@@ -100,8 +100,17 @@ def main(argv=None):
     warmup = args.warmup or (150 if args.quick else 1000)
     samples = args.samples or (150 if args.quick else 1000)
     sweep = args.sweep or ([6, 12] if args.quick else [8, 12, 16, 20, 24, 28])
-    results = {"load_average": os.getloadavg(), "devices": jax.local_device_count(), "sweep": {},
-               "comparison": {}}
+    out = Path(__file__).parent / "results" / "pines.json"
+    # a part that is skipped keeps its stored results (the sweep and the reference may run separately)
+    stored = json.loads(out.read_text()) if out.is_file() else {}
+    results = {"load_average": os.getloadavg(), "devices": jax.local_device_count(),
+               "sweep": {} if not args.skip_sweep else stored.get("sweep", {}),
+               "comparison": {} if not args.skip_reference else stored.get("comparison", {}),
+               "settings": {**stored.get("settings", {}),
+                            **({"sweep": {"chains": 1, "warmup": warmup // 2, "samples": samples // 2}}
+                               if not args.skip_sweep else {}),
+                            **({"reference": {"chains": args.chains, "warmup": warmup, "samples": samples}}
+                               if not args.skip_reference else {})}}
 
     if not args.skip_sweep:
         print("| M | features/dim | ℓ₀ mean ± sd | ℓ₁ mean ± sd | c mean | wall s |")
@@ -131,7 +140,6 @@ def main(argv=None):
             print(f"| {name} | {r['wall_s']:.0f} | {r['min_bulk_ess_per_s']:.2f} | "
                   f"{r['min_tail_ess_per_s']:.2f} | {r['max_rhat']:.3f} | {r['divergences']} | "
                   f"{r['mean_leapfrog']:.0f} |", flush=True)
-    out = Path(__file__).parent / "results" / "pines.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=float))
     print(f"wrote {out}")
