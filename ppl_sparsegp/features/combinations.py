@@ -67,20 +67,6 @@ class AdditiveFeatures(_PerDimension):
         return K * mask[:, None]
 
 
-@Kuu.register(AdditiveFeatures, Additive)
-def _kuu_additive(feature, kernel):
-    feature._check_kernel(kernel, Additive)
-    return BlockDiag(tuple(Kuu(f, k) for f, k in zip(feature.features, kernel.kernels)))
-
-
-@Kuf.register(AdditiveFeatures, Additive)
-def _kuf_additive(feature, kernel, X):
-    feature._check_kernel(kernel, Additive)
-    X = feature.check_inputs(X)
-    return jnp.concatenate([Kuf(f, k, X[:, d:d + 1])
-                            for d, (f, k) in enumerate(zip(feature.features, kernel.kernels))], axis=0)
-
-
 class KroneckerFeatures(_PerDimension):
     """Tensor-product features for a product kernel; M = Π_d M_d."""
 
@@ -100,20 +86,28 @@ def _khatri_rao(mats):
     return out
 
 
-@Kuu.register(KroneckerFeatures, Product)
-def _kuu_kronecker(feature, kernel):
-    feature._check_kernel(kernel, Product)
-    return Kronecker(tuple(Kuu(f, k) for f, k in zip(feature.features, kernel.kernels)))
+def _register(feature_cls, kernel_cls, combine_kuu, combine_kuf):
+    """Kuu/Kuf of a per-dimension combination from its 1-D parts: ``combine_kuu`` of the per-dimension
+    Kuu operators, ``combine_kuf`` of the per-dimension Kuf rows (dimension d sees column d of X)."""
+
+    @Kuu.register(feature_cls, kernel_cls)
+    def _kuu(feature, kernel):
+        feature._check_kernel(kernel, kernel_cls)
+        return combine_kuu(tuple(Kuu(f, k) for f, k in zip(feature.features, kernel.kernels)))
+
+    @Kuf.register(feature_cls, kernel_cls)
+    def _kuf(feature, kernel, X):
+        feature._check_kernel(kernel, kernel_cls)
+        X = feature.check_inputs(X)
+        if isinstance(X, Grid):
+            X = X.points()
+        return combine_kuf([Kuf(f, k, X[:, d:d + 1])
+                            for d, (f, k) in enumerate(zip(feature.features, kernel.kernels))])
 
 
-@Kuf.register(KroneckerFeatures, Product)
-def _kuf_kronecker(feature, kernel, X):
-    feature._check_kernel(kernel, Product)
-    X = feature.check_inputs(X)
-    if isinstance(X, Grid):
-        X = X.points()
-    return _khatri_rao([Kuf(f, k, X[:, d:d + 1])
-                        for d, (f, k) in enumerate(zip(feature.features, kernel.kernels))])
+# additive: Kuu block-diagonal, Kuf the stacked rows; Kronecker: Kuu ⊗, Kuf the Khatri–Rao product
+_register(AdditiveFeatures, Additive, BlockDiag, lambda rows: jnp.concatenate(rows, axis=0))
+_register(KroneckerFeatures, Product, Kronecker, _khatri_rao)
 
 
 @conditional.register(KroneckerFeatures)
