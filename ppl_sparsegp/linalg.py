@@ -29,6 +29,7 @@ __all__ = [
     "Identity",
     "DiagPlusLowRank",
     "BlockDiag",
+    "StackedBlockDiag",
     "Kronecker",
 ]
 
@@ -624,6 +625,185 @@ class BlockDiag(LinearOperator):
 
     def to_dense(self):
         return block_diag(*[b.to_dense() for b in self.blocks])
+
+
+def triangular_inverse(L):
+    r"""The inverse of lower-triangular matrices L (..., m, m) by recursive doubling of diagonal blocks:
+
+    .. math::
+
+        \begin{pmatrix}A & 0\\ C & D\end{pmatrix}^{-1} =
+        \begin{pmatrix}A^{-1} & 0\\ -D^{-1}CA^{-1} & D^{-1}\end{pmatrix},
+
+    from the 1×1 blocks (reciprocals of the diagonal) up, all blocks of one size at once: log₂ m levels of
+    batched products, no triangular solve. (On CPU a LAPACK ``trsm`` per small block costs tens of µs;
+    this is several times faster for stacks of small blocks, forward and backward.) L is padded to a power
+    of two with an identity block, whose inverse is itself. The error is that of the blocked triangular
+    inversion (Higham, *Accuracy and Stability of Numerical Algorithms*, §14.2.2): :math:`\|L^{-1}L - I\|`
+    of order :math:`\kappa(L)\,\epsilon`, like a triangular solve.
+    """
+    L = _as_float(L)
+    m = L.shape[-1]
+    n = 1 << max(m - 1, 0).bit_length()
+    batch = L.shape[:-2]
+    if n != m:  # blockdiag(L, I)⁻¹ = blockdiag(L⁻¹, I)
+        L = jnp.pad(L, [(0, 0)] * len(batch) + [(0, n - m), (0, n - m)])
+        L = L + jnp.diag(jnp.arange(n) >= m).astype(L.dtype)
+    X = (1.0 / jnp.diagonal(L, axis1=-2, axis2=-1))[..., None, None]  # (..., n, 1, 1)
+    b = 1
+    while b < n:
+        p = n // (2 * b)
+        C = L.reshape(batch + (p, 2, b, p, 2, b))[..., :, 1, :, :, 0, :]  # (..., p, b, p, b)
+        C = jnp.moveaxis(jnp.diagonal(C, axis1=-4, axis2=-2), -1, -3)  # the p sub-diagonal blocks (..., p, b, b)
+        Xr = X.reshape(batch + (p, 2, b, b))
+        Ai, Di = Xr[..., 0, :, :], Xr[..., 1, :, :]
+        top = jnp.concatenate([Ai, jnp.zeros_like(Ai)], axis=-1)
+        bottom = jnp.concatenate([-(Di @ (C @ Ai)), Di], axis=-1)
+        X = jnp.concatenate([top, bottom], axis=-2)  # (..., p, 2b, 2b)
+        b *= 2
+    return X.reshape(batch + (n, n))[..., :m, :m]
+
+
+class StackedBlockDiag(BlockDiag):
+    """:math:`K = \\operatorname{blockdiag}(K_1, \\dots, K_T)` of T dense ``m x m`` blocks held as stacked
+    ``(T, m, m)`` arrays with their lower Cholesky factors, :math:`K_t = L_t L_t^\\top`.
+
+    The same matrix as a :class:`BlockDiag` of :class:`Dense` blocks, but every operation is one batched
+    call (one batched Cholesky, one batched triangular solve, one batched product) instead of T separate
+    ones, so the number of operations to compile and run does not grow with T. ``blocks`` gives the
+    :class:`Dense` blocks (views of the stacked arrays) for code that walks them.
+
+    :param matrix: ``(T, m, m)`` symmetric positive-definite blocks.
+    :param jitter: added to every block's diagonal before factorising (a scalar).
+    :raises numpy.linalg.LinAlgError: if the Cholesky factorisation of a concrete block fails.
+    """
+
+    _params = ("matrix", "chol")
+
+    def __init__(self, matrix, jitter=0.0):
+        matrix = _as_float(matrix)
+        if matrix.ndim != 3 or matrix.shape[1] != matrix.shape[2] or matrix.shape[0] < 1:
+            raise ValueError(f"StackedBlockDiag: matrix must have shape (T, m, m), got {matrix.shape}")
+        if is_concrete(matrix) and not _all_finite(matrix):
+            raise ValueError("StackedBlockDiag: matrix contains NaN or inf")
+        if is_concrete(jitter) and not (_all_finite(jitter) and bool(np.all(np.asarray(jitter) >= 0))):
+            raise ValueError(f"StackedBlockDiag: jitter must be finite and >= 0, got {jitter!r}")
+        if not (isinstance(jitter, (int, float)) and jitter == 0):
+            matrix = matrix + jitter * jnp.eye(matrix.shape[-1], dtype=matrix.dtype)
+        chol = jnp.linalg.cholesky(matrix)
+        if is_concrete(matrix) and not _all_finite(chol):
+            raise np.linalg.LinAlgError(
+                f"StackedBlockDiag: a block ({matrix.shape[-1]}x{matrix.shape[-1]}) is not positive definite "
+                "(Cholesky failed); pass a larger jitter= or check the blocks")
+        self._set(matrix=matrix, chol=chol)
+
+    @classmethod
+    def from_cholesky(cls, L) -> "StackedBlockDiag":
+        """Build from lower-triangular factors ``L`` of shape ``(T, m, m)`` (no factorisation)."""
+        L = _as_float(L)
+        if L.ndim != 3 or L.shape[1] != L.shape[2] or L.shape[0] < 1:
+            raise ValueError(f"StackedBlockDiag.from_cholesky: L must have shape (T, m, m), got {L.shape}")
+        if is_concrete(L) and not _all_finite(L):
+            raise ValueError("StackedBlockDiag.from_cholesky: L contains NaN or inf")
+        obj = object.__new__(cls)
+        obj._set(matrix=L @ jnp.swapaxes(L, -1, -2), chol=L)
+        return obj
+
+    @property
+    def num_blocks(self) -> int:
+        return self.chol.shape[0]
+
+    @property
+    def blocks(self) -> tuple:
+        """The T blocks as :class:`Dense` operators (views; no factorisation)."""
+        out = []
+        for t in range(self.num_blocks):
+            b = object.__new__(Dense)
+            b._set(matrix=self.matrix[t], chol=self.chol[t])
+            out.append(b)
+        return tuple(out)
+
+    @property
+    def block_sizes(self):
+        return (self.chol.shape[-1],) * self.num_blocks
+
+    @property
+    def size(self):
+        return self.num_blocks * self.chol.shape[-1]
+
+    @property
+    def dtype(self):
+        return self.chol.dtype
+
+    @property
+    def sqrt_cols(self):
+        return self.size
+
+    def _batched(self, fn, X, method, arg):
+        """Apply ``fn`` to X reshaped to (T, m, k) and flatten back to X's shape."""
+        X = _check_rhs(self, X, self.size, method, arg)
+        Y = fn(X.reshape(self.num_blocks, self.chol.shape[-1], -1))
+        return Y.reshape(X.shape)
+
+    def matmul(self, B):
+        return self._batched(lambda Y: self.matrix @ Y, B, "matmul", "B")
+
+    def inverse_factor(self):
+        """:math:`L_t^{-1}`, shape ``(T, m, m)``, by :func:`triangular_inverse` (batched products only)."""
+        return triangular_inverse(self.chol)
+
+    def _whiten_stacked(self, Y):
+        # many right-hand sides: L⁻¹ once (m columns) and a batched product, several times faster than
+        # a triangular solve with k > m columns on CPU, forward and backward; few: the solve itself
+        if Y.shape[-1] > Y.shape[-2]:
+            return self.inverse_factor() @ Y
+        return solve_triangular(self.chol, Y, lower=True)
+
+    def solve(self, B):
+        """:math:`K_t^{-1} B_t = L_t^{-\\top} (L_t^{-1} B_t)`, batched over the blocks."""
+        def fn(Y):
+            if Y.shape[-1] > Y.shape[-2]:
+                Li = self.inverse_factor()
+                return jnp.swapaxes(Li, -1, -2) @ (Li @ Y)
+            return cho_solve((self.chol, True), Y)
+        return self._batched(fn, B, "solve", "B")
+
+    def whiten(self, B):
+        """:math:`L_t^{-1} B_t`, batched over the blocks (through :meth:`inverse_factor` when B has more
+        columns than a block has rows)."""
+        return self._batched(self._whiten_stacked, B, "whiten", "B")
+
+    def sqrt_matmul(self, V):
+        return self._batched(lambda Y: self.chol @ Y, V, "sqrt_matmul", "V")
+
+    def sqrt_rmatmul(self, X):
+        return self._batched(lambda Y: jnp.swapaxes(self.chol, -1, -2) @ Y, X, "sqrt_rmatmul", "X")
+
+    def inv_quad(self, b):
+        b = _check_rhs(self, b, self.size, "inv_quad", "b")
+        return jnp.sum(self.whiten(b) ** 2, axis=0)
+
+    def logdet(self):
+        return 2.0 * jnp.sum(jnp.log(jnp.diagonal(self.chol, axis1=-2, axis2=-1)))
+
+    def diagonal(self):
+        """:math:`\\operatorname{diag}(L_t L_t^\\top) = \\sum_j L_{t,ij}^2` (no product of the factors)."""
+        return jnp.sum(self.chol**2, axis=-1).reshape(-1)
+
+    def trace_solve(self, S):
+        """:math:`\\sum_t \\|L_t^{-1} R_{S,t}\\|_F^2` in one batched solve when ``S`` is a
+        :class:`StackedBlockDiag` of the same shape; blockwise for a :class:`BlockDiag` of the same block
+        sizes; the general rule otherwise."""
+        self._check_same_size(S, "trace_solve")
+        if isinstance(S, StackedBlockDiag) and S.chol.shape == self.chol.shape:
+            return jnp.sum(solve_triangular(self.chol, S.chol, lower=True) ** 2)
+        return super().trace_solve(S)
+
+    def sqrt(self):
+        return block_diag(*[self.chol[t] for t in range(self.num_blocks)])
+
+    def to_dense(self):
+        return block_diag(*[self.matrix[t] for t in range(self.num_blocks)])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from ppl_sparsegp.features.harmonic import (HarmonicFeatures, block_diagonal_cov
 from ppl_sparsegp.groups import (ImageFlip, ImageShift, LongitudeRotation, Negation, Rotation, SphereEmbedded,
                                  coordinate_negation, multi_negation, principal_axes_negation)
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.linalg import BlockDiag, Dense, Identity
+from ppl_sparsegp.linalg import BlockDiag, Dense, Identity, StackedBlockDiag
 
 KERNEL = psg.Matern32(variance=1.3, lengthscale=0.9)
 RNG = np.random.default_rng(0)
@@ -132,7 +132,7 @@ def test_kuu_kuf_from_the_orbit_and_orthogonal_blocks(case, shared):
     feature = HarmonicFeatures(group, Z, jitter=0.0)
     Kmm = jax.eval_shape(lambda: psg.Kuu(feature, kernel))  # structure only (runs the invariance check)
     assert isinstance(Kmm, BlockDiag) and Kmm.block_sizes == (m,) * T
-    assert all(isinstance(b, Dense) for b in Kmm.blocks)
+    assert isinstance(Kmm, StackedBlockDiag) and Kmm.chol.shape == (T, m, m)  # T dense blocks, one batch
     Kuu_dense, Kuf = kuu_kuf(feature, kernel, X)
     Cuu, Cuf = orbit_projection(feature, kernel, X)
     scale = np.abs(Cuu).max()

@@ -48,7 +48,7 @@ from numpyro.distributions import constraints
 from .._module import Param, is_concrete
 from ..groups import Group
 from ..kernels import Kernel, check_inputs
-from ..linalg import BlockDiag, Dense
+from ..linalg import BlockDiag, Dense, StackedBlockDiag
 from .base import InducingFeature, Kuf, Kuu
 
 __all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "block_diagonal_covariance"]
@@ -196,7 +196,7 @@ def _kuu_harmonic(feature, kernel):
         check_invariance(feature.group, kernel, Z)
     Kt = feature.sub_kernel_blocks(kernel)
     eps = feature.relative_jitter(Kt.dtype) * jnp.mean(kernel.diag(Z.reshape(-1, Z.shape[-1])))
-    return BlockDiag(tuple(Dense(Kt[t], jitter=eps) for t in range(Kt.shape[0])))
+    return StackedBlockDiag(Kt, jitter=eps)  # one batched Cholesky of the T blocks
 
 
 @Kuf.register(HarmonicFeatures, Kernel)
@@ -212,15 +212,18 @@ def _kuf_harmonic(feature, kernel, X):
 
 def block_diagonal_covariance(name, dim, Kmm, whiten):
     r"""q = :math:`\prod_t\mathcal N(\boldsymbol\mu_t, L_tL_t^\top)`: one full-rank Gaussian per block of
-    Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [1, §4.2]. Returns ``(loc, BlockDiag of
-    Dense.from_cholesky)``; initialised at the prior. Params ``<name>_loc`` and ``<name>_scale_tril``
-    (shape (T, m, m) when the blocks have equal sizes, else ``<name>_scale_tril_<t>`` per block).
+    Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [1, §4.2]. Returns ``(loc, S)``, S a
+    :class:`~ppl_sparsegp.linalg.StackedBlockDiag` of the factors when the blocks have equal sizes (one
+    batched operation per step, whatever T), else a BlockDiag of ``Dense.from_cholesky``; initialised at
+    the prior. Params ``<name>_loc`` and ``<name>_scale_tril`` (shape (T, m, m) when the blocks have equal
+    sizes, else ``<name>_scale_tril_<t>`` per block).
 
     Use as ``SparseGP(..., q_cov=block_diagonal_covariance)``.
     """
     if not isinstance(Kmm, BlockDiag):
         raise ValueError(f"block_diagonal_covariance needs a BlockDiag Kmm, got {type(Kmm).__name__}")
-    sizes = tuple(b.sqrt_cols for b in Kmm.blocks) if whiten else Kmm.block_sizes
+    blocks = Kmm.blocks
+    sizes = tuple(b.sqrt_cols for b in blocks) if whiten else Kmm.block_sizes
     if sum(sizes) != dim:
         raise ValueError(f"dim {dim} does not match the block sizes {sizes} of Kmm")
     loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
@@ -228,12 +231,15 @@ def block_diagonal_covariance(name, dim, Kmm, whiten):
     def init(b):
         return jnp.eye(b.sqrt_cols, dtype=Kmm.dtype) if whiten else jnp.linalg.cholesky(b.to_dense())
 
+    def init_all(rng_key):
+        if isinstance(Kmm, StackedBlockDiag):
+            return jnp.broadcast_to(jnp.eye(sizes[0], dtype=Kmm.dtype), Kmm.chol.shape) if whiten else Kmm.chol
+        return jnp.stack([init(b) for b in blocks])
+
     lower = constraints.scaled_unit_lower_cholesky
     if len(set(sizes)) == 1:
-        L = numpyro.param(f"{name}_scale_tril", lambda rng_key: jnp.stack([init(b) for b in Kmm.blocks]),
-                          constraint=lower)
-        Ls = [L[t] for t in range(len(sizes))]
-    else:
-        Ls = [numpyro.param(f"{name}_scale_tril_{t}", lambda rng_key, b=b: init(b), constraint=lower)
-              for t, b in enumerate(Kmm.blocks)]
+        L = numpyro.param(f"{name}_scale_tril", init_all, constraint=lower)
+        return loc, StackedBlockDiag.from_cholesky(L)
+    Ls = [numpyro.param(f"{name}_scale_tril_{t}", lambda rng_key, b=b: init(b), constraint=lower)
+          for t, b in enumerate(blocks)]
     return loc, BlockDiag(tuple(Dense.from_cholesky(L) for L in Ls))
