@@ -24,7 +24,7 @@ from ppl_sparsegp.grid import Grid
 from ppl_sparsegp.likelihoods import Poisson
 
 DESCRIPTION = "Finnish pines LGCP: 64x64 grid, product Matérn-3/2 VFF on [-1,2]^2, whitened NUTS"
-DEFAULT_FREQUENCIES = 20
+DEFAULT_FREQUENCIES = 64  # where the lengthscale posteriors stop moving: inference/benchmarks/pines.py
 GRID = 64
 
 
