@@ -70,6 +70,16 @@ def diagonal_covariance(name, dim, Kmm, whiten):
 _FAMILIES = {"full": full_covariance, "diag": diagonal_covariance}
 
 
+def resolve_q_family(q_cov):
+    """The q(u) covariance family for ``q_cov``: ``"full"``, ``"diag"`` or a callable
+    ``(name, dim, Kmm, whiten) -> (loc, operator)``, returned as is."""
+    if isinstance(q_cov, str):
+        if q_cov not in _FAMILIES:
+            raise ValueError(f"q_cov must be one of {sorted(_FAMILIES)} or a callable, got {q_cov!r}")
+        return _FAMILIES[q_cov]
+    return q_cov
+
+
 class GPModel:
     """Shared machinery: templates → sites, validation, point guides, components from posterior values.
 
@@ -163,11 +173,7 @@ class SparseGP(GPModel):
     def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, whiten: bool = True,
                  q_cov="full", name: str = "f"):
         super().__init__(feature, kernel, likelihood, mean, name=name)
-        if isinstance(q_cov, str):
-            if q_cov not in _FAMILIES:
-                raise ValueError(f"q_cov must be one of {sorted(_FAMILIES)} or a callable, got {q_cov!r}")
-            q_cov = _FAMILIES[q_cov]
-        self.whiten, self.q_family = whiten, q_cov
+        self.whiten, self.q_family = whiten, resolve_q_family(q_cov)
 
     @property
     def site(self):

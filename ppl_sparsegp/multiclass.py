@@ -44,7 +44,7 @@ from jax.scipy.special import log_ndtr, logsumexp
 from numpyro import handlers
 
 from ._module import is_concrete
-from .approximations import GPModel, diagonal_covariance, full_covariance
+from .approximations import GPModel, resolve_q_family
 from .conditionals import conditional
 from .features.base import Kuu
 from .gaussian import StructuredNormal, gaussian_kl
@@ -185,9 +185,6 @@ class RobustMax(MulticlassLikelihood):
         return P * (1.0 - eps) + (1.0 - P) * eps / (C - 1)
 
 
-_FAMILIES = {"full": full_covariance, "diag": diagonal_covariance}
-
-
 class MulticlassSparseGP(GPModel):
     r"""C independent sparse GPs (shared kernel and inducing feature) with a multiclass likelihood.
 
@@ -212,11 +209,7 @@ class MulticlassSparseGP(GPModel):
             raise TypeError(f"likelihood must be a MulticlassLikelihood (Softmax, RobustMax), got "
                             f"{type(likelihood).__name__}")
         super().__init__(feature, kernel, likelihood, mean, name=name)
-        if isinstance(q_cov, str):
-            if q_cov not in _FAMILIES:
-                raise ValueError(f"q_cov must be one of {sorted(_FAMILIES)} or a callable, got {q_cov!r}")
-            q_cov = _FAMILIES[q_cov]
-        self.whiten, self.q_family = whiten, q_cov
+        self.whiten, self.q_family = whiten, resolve_q_family(q_cov)
 
     @property
     def num_latent(self) -> int:

@@ -357,3 +357,52 @@ def test_generic_path_factorises_only_m_by_m_blocks():
 
     walk(jaxpr.jaxpr)
     assert sizes and max(sizes) == m
+
+
+def test_stacked_block_diag_against_dense():
+    """The stacked operator of the HVGP's Kuu and q: every operation against the dense block-diagonal
+    matrix, with many (inverse-factor path) and few (triangular-solve path) right-hand sides."""
+    rng = np.random.default_rng(11)
+    T, m = 3, 5
+    A = rng.normal(size=(T, m, m))
+    K = A @ A.transpose(0, 2, 1) + 0.1 * np.eye(m)
+    op = StackedBlockDiag(K, jitter=1e-3)
+    Kd = np.kron(np.eye(T), np.zeros((m, m)))
+    for t in range(T):
+        Kd[t * m:(t + 1) * m, t * m:(t + 1) * m] = K[t] + 1e-3 * np.eye(m)
+    L = np.linalg.cholesky(Kd)  # block-diagonal too
+    np.testing.assert_allclose(dense(op.to_dense()), Kd, atol=1e-12)
+    np.testing.assert_allclose(dense(op.sqrt()), L, atol=1e-12)
+    np.testing.assert_allclose(float(op.logdet()), np.linalg.slogdet(Kd)[1], rtol=1e-12)
+    np.testing.assert_allclose(dense(op.diagonal()), np.diag(Kd), rtol=1e-12)
+    for k in (1, 2 * m):  # k > m: through L⁻¹
+        B = rng.normal(size=(T * m, k))
+        np.testing.assert_allclose(dense(op.matmul(B)), Kd @ B, atol=1e-12)
+        np.testing.assert_allclose(dense(op.solve(B)), np.linalg.solve(Kd, B), rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(dense(op.whiten(B)), np.linalg.solve(L, B), rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(dense(op.sqrt_matmul(B)), L @ B, atol=1e-12)
+        np.testing.assert_allclose(dense(op.sqrt_rmatmul(B)), L.T @ B, atol=1e-12)
+    b = rng.normal(size=T * m)
+    np.testing.assert_allclose(float(op.inv_quad(b)), b @ np.linalg.solve(Kd, b), rtol=1e-9)
+    S = StackedBlockDiag.from_cholesky(random_blocks(12, T, m))
+    np.testing.assert_allclose(float(op.trace_solve(S)), np.trace(np.linalg.solve(Kd, dense(S.to_dense()))), rtol=1e-9)
+    blocks = BlockDiag(tuple(Dense(K[t], jitter=1e-3) for t in range(T)))  # the same matrix, block by block
+    np.testing.assert_allclose(float(blocks.trace_solve(S)), float(op.trace_solve(S)), rtol=1e-12)
+    assert all(isinstance(bl, Dense) for bl in op.blocks) and op.block_sizes == (m,) * T
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 13])
+def test_triangular_inverse_and_cholesky_gradient(m):
+    """triangular_inverse = L⁻¹ (powers of two and padded sizes); stacked_cholesky's reverse-mode rule
+    (products with L⁻¹ only) = JAX's Cholesky gradient, on a stack of SPD matrices."""
+    from ppl_sparsegp.linalg import stacked_cholesky, triangular_inverse
+
+    rng = np.random.default_rng(m)
+    A = rng.normal(size=(4, m, m))
+    K = A @ A.transpose(0, 2, 1) + 0.5 * np.eye(m)
+    L = np.linalg.cholesky(K)
+    np.testing.assert_allclose(dense(triangular_inverse(L)), np.linalg.inv(L), rtol=1e-10, atol=1e-12)
+    C = rng.normal(size=(4, m, m))
+    ours = jax.jit(jax.grad(lambda K: jnp.sum(C * stacked_cholesky(K))))(K)
+    ref = jax.jit(jax.grad(lambda K: jnp.sum(C * jnp.linalg.cholesky(K))))(K)
+    np.testing.assert_allclose(dense(ours), dense(ref), rtol=1e-9, atol=1e-12)

@@ -11,10 +11,15 @@ Methods (``models/uci_hkd.py``):
 * ``HVGP 8xm shared``: the same with one set of m inducing inputs shared by the 8 sub-kernels (Thm 4.1:
   an SVGP on the 8m orbit points, with block-diagonal q) — 8× fewer kernel evaluations.
 
-Reported: test RMSE and NLPD in original units, and the time per SVI iteration (process CPU time, median
-over blocks of 100 steps, so other processes on the shared machine affect it little) with its ratio to
-SVGP-m measured in the same run. The paper's claim, checked at the end: 8×m beats SVGP-m on NLPD on
-every data set and SVGP-2m on at least two, at a time per iteration at most 1.5× SVGP-m's.
+Reported: test RMSE and NLPD in original units, the compile time (initialisation and first step) and the
+time per SVI iteration: every step timed on its own (process CPU time, and wall-clock), the median over
+all steps after the first; the methods of one data set and split are fitted together, in interleaved
+blocks of steps, so a load change on a shared machine hits them alike. By default the process is pinned to
+one core and XLA's Eigen thread pool is off (``--cpu``), which makes CPU and wall time agree and the
+medians stable. Also reported: the cost of NumPyro's minibatch subsampling of N indices (a Fisher–Yates
+loop of B steps on CPU, the same in every method's step) and the time ratio without it. The paper's
+claim, checked at the end: 8×m beats SVGP-m on NLPD on every data set and SVGP-2m on at least two, at a
+time per iteration at most 1.5× SVGP-m's.
 
 ``python -m inference.benchmarks.hkd_uci [--quick] [--splits 0,1] [--m 32] [--steps 3000]``;
 prints a Markdown table and writes ``results/hkd_uci.json``.
@@ -24,6 +29,8 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # BLAS threads spin-wait on a shared CPU: 100× jitter
+if "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
 import argparse
 import json
@@ -36,11 +43,25 @@ SHORT = {"protein-tertiary-structure": "protein", "kin8nm": "kin8nm", "power-pla
 METHODS = ("SVGP-m", "SVGP-2m", "HVGP 8xm", "HVGP 8xm shared")
 
 
-def fit_timed(gp, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0, block: int = 100):
-    """SVI (TraceMeanField_ELBO, Adam) for ``steps`` minibatch steps of one jitted update.
+def pin_to_one_core(cpu=None):
+    """Pin this process (and the threads it starts later) to one core; call before importing jax.
+    Returns the core, or None where affinity is not supported."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    cpu = allowed[-1] if cpu is None else int(cpu)
+    os.sched_setaffinity(0, {cpu})
+    return cpu
 
-    :returns: ``(params, timing, losses)``; timing has the compile time and the per-iteration process CPU
-        and wall-clock time (median over blocks of ``block`` steps).
+
+def fit_interleaved(gps: dict, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0,
+                    block: int = 50):
+    """SVI (TraceMeanField_ELBO, Adam) of several models on the same data for ``steps`` minibatch steps
+    each, one jitted update per model, run in interleaved blocks of ``block`` steps.
+
+    :returns: ``{name: (params, timing, losses)}``; timing has ``compile_s`` (initialisation and the first
+        step, compilation included) and the median over the other steps, each timed on its own, of the
+        process CPU time and the wall-clock time per iteration (``ms_per_iter_cpu``, ``ms_per_iter_wall``).
     """
     import jax
     import jax.numpy as jnp
@@ -49,28 +70,61 @@ def fit_timed(gp, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0
     from numpyro.infer import SVI, TraceMeanField_ELBO
 
     X, y = jnp.asarray(X), jnp.asarray(y)
-    svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(lr), TraceMeanField_ELBO())
-    t0 = time.perf_counter()
-    state = jax.jit(lambda key: svi.init(key, X, y, batch_size=batch_size))(jax.random.PRNGKey(seed))
-    update = jax.jit(lambda s: svi.update(s, X, y, batch_size=batch_size))
-    state, loss = update(state)
-    jax.block_until_ready(loss)
-    compile_s = time.perf_counter() - t0
-    cpu, wall, losses = [], [], []
+    runs = {}
+    for name, gp in gps.items():
+        svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(lr), TraceMeanField_ELBO())
+        t0 = time.perf_counter()
+        state = jax.jit(lambda key, svi=svi: svi.init(key, X, y, batch_size=batch_size))(jax.random.PRNGKey(seed))
+        update = jax.jit(lambda s, svi=svi: svi.update(s, X, y, batch_size=batch_size))
+        state, loss = update(state)
+        jax.block_until_ready(loss)
+        runs[name] = {"svi": svi, "update": update, "state": state, "compile_s": time.perf_counter() - t0,
+                      "cpu": [], "wall": [], "losses": []}
     done = 1
     while done < steps:
         n = min(block, steps - done)
-        c, w = time.process_time(), time.perf_counter()
-        for _ in range(n):
-            state, loss = update(state)
-        jax.block_until_ready(loss)
-        cpu.append((time.process_time() - c) / n)
-        wall.append((time.perf_counter() - w) / n)
-        losses.append(float(loss))
+        for r in runs.values():
+            update, state = r["update"], r["state"]
+            for _ in range(n):
+                c, w = time.process_time(), time.perf_counter()
+                state, loss = update(state)
+                jax.block_until_ready(loss)
+                r["cpu"].append(time.process_time() - c)
+                r["wall"].append(time.perf_counter() - w)
+            r["state"] = state
+            r["losses"].append(float(loss))
         done += n
-    timing = {"compile_s": compile_s, "ms_per_iter_cpu": 1e3 * float(np.median(cpu)),
-              "ms_per_iter_wall": 1e3 * float(np.median(wall)), "ms_per_iter_wall_min": 1e3 * float(np.min(wall))}
-    return svi.get_params(state), timing, losses
+    out = {}
+    for name, r in runs.items():
+        timing = {"compile_s": r["compile_s"], "ms_per_iter_cpu": 1e3 * float(np.median(r["cpu"])),
+                  "ms_per_iter_wall": 1e3 * float(np.median(r["wall"])),
+                  "ms_per_iter_cpu_q10_q90": [1e3 * float(q) for q in np.quantile(r["cpu"], [0.1, 0.9])]}
+        out[name] = (r["svi"].get_params(r["state"]), timing, r["losses"])
+    return out
+
+
+def fit_timed(gp, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0, block: int = 50):
+    """:func:`fit_interleaved` of one model: ``(params, timing, losses)``."""
+    return fit_interleaved({"model": gp}, X, y, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                           block=block)["model"]
+
+
+def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300) -> float:
+    """Median process CPU time (ms) of NumPyro's minibatch index draw (``plate(..., subsample_size)``),
+    jitted alone: the part of every method's SVI step that does not depend on the model."""
+    import jax
+    import numpy as np
+    from numpyro.primitives import _subsample_fn
+
+    draw = jax.jit(lambda key: _subsample_fn(N, batch_size, key))
+    jax.block_until_ready(draw(jax.random.PRNGKey(seed)))
+    times = []
+    for i in range(repeats):
+        key = jax.random.PRNGKey(seed + i + 1)
+        c = time.process_time()
+        jax.block_until_ready(draw(key))
+        times.append(time.process_time() - c)
+    return 1e3 * float(np.median(times))
 
 
 def method_config(method: str, m: int) -> dict:
@@ -80,21 +134,26 @@ def method_config(method: str, m: int) -> dict:
             "HVGP 8xm shared": dict(features="harmonic", num_inducing=m, ways=3, shared_z=True)}[method]
 
 
-def run(dataset, split, method, args):
+def run(dataset, split, methods, args):
+    """Fit every method on one data set and split (interleaved timing); one result row per method."""
     import numpy as np
 
     from models import uci_hkd
 
     X, y, X_test, y_test, scaler = uci_hkd.load(dataset, split)
-    gp = uci_hkd.make_gp(X, seed=split, **method_config(method, args.m))
-    params, timing, losses = fit_timed(gp, X, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size,
-                                       seed=split)
-    out = {"dataset": dataset, "split": split, "method": method, "N": int(len(X)), "D": int(X.shape[1]),
-           "num_inducing_total": gp.feature.num_features, **uci_hkd.metrics(gp, params, X_test, y_test, scaler),
-           **timing, "final_loss": losses[-1] if losses else None,
-           "lengthscale": float(np.asarray(params["kernel_lengthscale"])),
-           "noise_variance": float(np.asarray(params["likelihood_variance"]))}
-    return out
+    gps = {method: uci_hkd.make_gp(X, seed=split, **method_config(method, args.m)) for method in methods}
+    fits = fit_interleaved(gps, X, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=split)
+    sub = subsample_ms(len(X), args.batch_size, seed=split)
+    rows = []
+    for method, gp in gps.items():
+        params, timing, losses = fits[method]
+        rows.append({"dataset": dataset, "split": split, "method": method, "N": int(len(X)), "D": int(X.shape[1]),
+                     "num_inducing_total": gp.feature.num_features,
+                     **uci_hkd.metrics(gp, params, X_test, y_test, scaler), **timing, "subsample_ms": sub,
+                     "final_loss": losses[-1] if losses else None,
+                     "lengthscale": float(np.asarray(params["kernel_lengthscale"])),
+                     "noise_variance": float(np.asarray(params["likelihood_variance"]))})
+    return rows
 
 
 def summarise(rows, methods):
@@ -103,6 +162,7 @@ def summarise(rows, methods):
     table, summary = [], {}
     for ds in dict.fromkeys(r["dataset"] for r in rows):
         ref = {r["split"]: r["ms_per_iter_cpu"] for r in rows if r["dataset"] == ds and r["method"] == "SVGP-m"}
+        sub = {r["split"]: r["subsample_ms"] for r in rows if r["dataset"] == ds and "subsample_ms" in r}
         for method in methods:
             rs = [r for r in rows if r["dataset"] == ds and r["method"] == method]
             if not rs:
@@ -111,6 +171,12 @@ def summarise(rows, methods):
                    for k in ("rmse", "nlpd", "ms_per_iter_cpu")}
             ratios = [r["ms_per_iter_cpu"] / ref[r["split"]] for r in rs if r["split"] in ref]
             agg["time_ratio"] = (float(np.mean(ratios)), float(np.std(ratios))) if ratios else (float("nan"), 0.0)
+            net = [(r["ms_per_iter_cpu"] - sub[r["split"]]) / (ref[r["split"]] - sub[r["split"]]) for r in rs
+                   if r["split"] in ref and r["split"] in sub]
+            agg["time_ratio_without_subsampling"] = ((float(np.mean(net)), float(np.std(net))) if net
+                                                     else (float("nan"), 0.0))
+            agg["compile_s"] = (float(np.mean([r["compile_s"] for r in rs])), float(np.std([r["compile_s"] for r in rs])))
+            agg["subsample_ms"] = float(np.mean([sub[r["split"]] for r in rs if r["split"] in sub])) if sub else None
             agg["splits"] = len(rs)
             summary.setdefault(ds, {})[method] = agg
             table.append((SHORT.get(ds, ds), method, rs[0]["num_inducing_total"], agg))
@@ -148,10 +214,13 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--cpu", default="pin", help="'pin': pin the process to one core (default, before jax "
+                   "starts its threads); an int: pin to that core; 'all': no pinning")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "hkd_uci.json")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.steps = 8, 300
+    core = None if args.cpu == "all" else pin_to_one_core(None if args.cpu == "pin" else args.cpu)
 
     import jax
     jax.config.update("jax_enable_x64", True)
@@ -165,20 +234,22 @@ def main(argv=None):
     rows = []
     for ds in datasets:
         for split in splits:
-            for method in methods:
-                r = run(ds, split, method, args)
+            for r in run(ds, split, methods, args):
                 rows.append(r)
-                print(f"  {SHORT.get(ds, ds)} split {split} {method}: RMSE {r['rmse']:.4f} NLPD {r['nlpd']:.4f} "
-                      f"{r['ms_per_iter_cpu']:.2f} ms/iter (compile {r['compile_s']:.1f} s)", flush=True)
+                print(f"  {SHORT.get(ds, ds)} split {split} {r['method']}: RMSE {r['rmse']:.4f} NLPD {r['nlpd']:.4f} "
+                      f"{r['ms_per_iter_cpu']:.2f} ms/iter (wall {r['ms_per_iter_wall']:.2f}; compile "
+                      f"{r['compile_s']:.1f} s; subsampling {r['subsample_ms']:.2f} ms)", flush=True)
 
     table, summary = summarise(rows, methods)
     print(f"\n### HVGP vs SVGP on UCI (m = {args.m}, {args.steps} steps, batch {args.batch_size}, "
-          f"splits {splits})\n")
-    print("| data set | method | M total | test RMSE | test NLPD | ms / iter (CPU) | × SVGP-m |")
-    print("|---|---|---|---|---|---|---|")
+          f"splits {splits}; {'core ' + str(core) if core is not None else 'all cores'})\n")
+    print("| data set | method | M total | test RMSE | test NLPD | ms / iter (CPU) | × SVGP-m | × SVGP-m "
+          "without subsampling | compile (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for ds, method, M, agg in table:
         print(f"| {ds} | {method} | {M} | {fmt(agg['rmse'], 4)} | {fmt(agg['nlpd'])} | "
-              f"{fmt(agg['ms_per_iter_cpu'], 2)} | {fmt(agg['time_ratio'], 2)} |")
+              f"{fmt(agg['ms_per_iter_cpu'], 2)} | {fmt(agg['time_ratio'], 2)} | "
+              f"{fmt(agg['time_ratio_without_subsampling'], 2)} | {fmt(agg['compile_s'], 1)} |")
     checks = [t for t in (targets(summary, "HVGP 8xm"), targets(summary, "HVGP 8xm shared")) if t]
     for t in checks:
         print(f"\n{t['method']}: beats SVGP-m on NLPD on every data set: {t['beats_svgp_m_nlpd_everywhere']}; "
@@ -188,7 +259,8 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     args.out.write_text(json.dumps({"benchmark": "hkd_uci", "config": config, "machine": platform.platform(),
-                                    "cpu_count": os.cpu_count(), "runs": rows, "summary": summary,
+                                    "cpu_count": os.cpu_count(), "pinned_core": core,
+                                    "xla_flags": os.environ.get("XLA_FLAGS", ""), "runs": rows, "summary": summary,
                                     "targets": checks}, indent=2) + "\n")
     print(f"\nwrote {args.out}")
 
