@@ -18,11 +18,14 @@ With :math:`A = s\Phi\Phi^\top + \sigma^2 I_{2R}` (2R × 2R; the paper calls it 
     - \tfrac N2\log(2\pi\sigma^2),
 
 (the paper's :math:`-R\log(R\sigma^2)` and its code's :math:`+m\log(m\sigma^2)` are wrong; both are
-constant in Ω but matter when σ² is learned). It is evaluated as a
-:class:`~ppl_sparsegp.gaussian.StructuredNormal` with a
-:class:`~ppl_sparsegp.linalg.DiagPlusLowRank` covariance :math:`\sigma^2 I + W^\top W`,
-:math:`W = R_u^\top K_{uu}^{-1}K_{uf} = \sqrt s\,\Phi` (the library's one Woodbury identity and
-determinant lemma), in :math:`O(NR^2 + R^3)`.
+constant in Ω but matter when σ² is learned). It is evaluated by :class:`SparseSpectrumNormal`, the
+Gaussian with covariance :math:`D + W^\top W` (:math:`D = \sigma^2 I`,
+:math:`W = R_u^\top K_{uu}^{-1}K_{uf} = \sqrt s\,\Phi`), through the Woodbury identity and the
+determinant lemma with *one* Cholesky factor of the 2R × 2R matrix :math:`I + WD^{-1}W^\top`
+(:math:`= A/\sigma^2`), in :math:`O(NR^2 + R^3)`. This is the inner loop of SSGP and M-SRFR training
+(one value and gradient per particle per step), so it shares the factor between the quadratic form and
+the log-determinant instead of going through the generic
+:class:`~ppl_sparsegp.linalg.DiagPlusLowRank` (whose ``solve`` and ``logdet`` factor separately).
 
 **Frequencies** Ω (R × D, unit-lengthscale frequencies; the lengthscales act on the inputs) are
 given to :class:`SparseSpectrumGP` as an array (fixed: random-feature regression, "SSGP-RBF"), a
@@ -97,19 +100,17 @@ from jax import lax
 from numpyro import handlers
 from numpyro.contrib.einstein import SteinVI
 from numpyro.contrib.einstein.stein_kernels import SteinKernel
-from numpyro.distributions import Distribution
+from numpyro.distributions import Distribution, constraints
 from numpyro.optim import _NumPyroOptim
 
 from ._module import _initial_value, instantiate
 from .approximations import CollapsedGP
 from .features.base import Kuf, Kuu
 from .features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
-from .gaussian import StructuredNormal
 from .kernels import check_inputs
-from .linalg import DiagPlusLowRank
 
 __all__ = [
-    "ssgp_log_marginal_likelihood", "SparseSpectrumGP", "FrequencyRBFKernel", "FrequencyBlockMatrix",
+    "ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP", "FrequencyRBFKernel", "FrequencyBlockMatrix",
     "FrequencySteinVI", "AdamW", "cyclical_annealing", "pairwise_median_sq", "SteinResult", "fit_stein",
     "fit_msrfr", "stein_frequencies", "mixture_metrics", "stein_inference_data", "stein_diagnostics",
     "plot_spectral_density",
@@ -121,12 +122,78 @@ _LOG_2PI = math.log(2.0 * math.pi)
 # --------------------------------------------------------------------------------------------------
 # the sparse-spectrum marginal likelihood
 # --------------------------------------------------------------------------------------------------
+class SparseSpectrumNormal(Distribution):
+    r""":math:`\mathcal N(\boldsymbol\mu, D + W^\top W)` with D diagonal (N,) and W of shape (K, N), K ≪ N.
+
+    With :math:`\tilde W = WD^{-1/2}`, :math:`C = I_K + \tilde W\tilde W^\top = LL^\top`,
+    :math:`\tilde{\mathbf r} = D^{-1/2}(\mathbf y - \boldsymbol\mu)` and
+    :math:`\mathbf b = L^{-1}\tilde W\tilde{\mathbf r}` (Woodbury, determinant lemma):
+
+    .. math::
+
+        \log p(\mathbf y) = -\tfrac12\big[\tilde{\mathbf r}^\top\tilde{\mathbf r} - \mathbf b^\top\mathbf b
+        + \textstyle\sum_n\log d_n + 2\sum_k\log L_{kk} + N\log 2\pi\big],
+
+    which for :math:`D = \sigma^2 I`, :math:`W = \Phi` is the corrected eq. (9) of [2] (:math:`C =
+    A/\sigma^2`). One :math:`O(NK^2)` product and one :math:`O(K^3)` Cholesky per evaluation.
+
+    :param loc: mean (N,). :param diag: D (N,), positive. :param W: (K, N).
+    """
+
+    arg_constraints = {"loc": constraints.real_vector}
+    support = constraints.real_vector
+    reparametrized_params = ["loc"]
+
+    def __init__(self, loc, diag, W, *, validate_args=None):
+        self.loc, self.diag, self.W = jnp.asarray(loc), jnp.asarray(diag), jnp.asarray(W)
+        N = self.W.shape[-1]
+        if self.loc.shape != (N,) or self.diag.shape != (N,):
+            raise ValueError(f"loc and diag must have shape ({N},) to match W {self.W.shape}, got "
+                             f"{self.loc.shape} and {self.diag.shape}")
+        super().__init__(batch_shape=(), event_shape=(N,), validate_args=validate_args)
+
+    def sample(self, key, sample_shape=()):
+        k1, k2 = jax.random.split(key)
+        K, N = self.W.shape
+        z = jax.random.normal(k1, tuple(sample_shape) + (K,), dtype=self.W.dtype)
+        e = jax.random.normal(k2, tuple(sample_shape) + (N,), dtype=self.W.dtype)
+        return self.loc + z @ self.W + jnp.sqrt(self.diag) * e
+
+    def log_prob(self, value):
+        K, N = self.W.shape
+        isd = lax.rsqrt(self.diag)
+        Wt = self.W * isd  # W D^{-1/2}
+        C = jnp.eye(K, dtype=Wt.dtype) + Wt @ Wt.T  # I + W D⁻¹ Wᵀ  (= A/σ², A of eq. (9) [2])
+        L = jnp.linalg.cholesky(C)
+        r = ((value - self.loc) * isd).reshape(-1, N).T  # (N, B)
+        b = jax.scipy.linalg.solve_triangular(L, Wt @ r, lower=True)  # (K, B)
+        maha = jnp.sum(r * r, 0) - jnp.sum(b * b, 0)  # Woodbury
+        logdet = jnp.sum(jnp.log(self.diag)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(L)))  # determinant lemma
+        maha = maha.reshape(jnp.shape(value)[:-1])
+        return -0.5 * (maha + logdet + N * _LOG_2PI)  # Eq. (9) [2], corrected [3, §1.2]
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        return self.diag + jnp.sum(self.W ** 2, 0)
+
+    def tree_flatten(self):
+        return (self.loc, self.diag, self.W), None
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, params):
+        return cls(*params)
+
+
 def _marginal(feature, kernel, X, noise_variance, mean=0.0):
     """y's marginal N(c1, σ²I + WᵀW), W = Rᵀ Kuu⁻¹ Kuf (= √s Φ for random Fourier features)."""
     W = Kuu(feature, kernel).whiten(Kuf(feature, kernel, X))  # (2R, N)
     N = X.shape[0]
-    cov = DiagPlusLowRank(jnp.broadcast_to(noise_variance, (N,)).astype(W.dtype), W.T)  # Eq. (9) [2]
-    return StructuredNormal(jnp.broadcast_to(mean, (N,)).astype(W.dtype), cov)
+    diag = jnp.broadcast_to(noise_variance, (N,)).astype(W.dtype)
+    return SparseSpectrumNormal(jnp.broadcast_to(mean, (N,)).astype(W.dtype), diag, W)  # Eq. (9) [2]
 
 
 def ssgp_log_marginal_likelihood(feature, kernel, X, y, noise_variance, mean=0.0):
@@ -309,21 +376,30 @@ class FrequencyBlockMatrix:
     ``K @ v`` (v the flattened R × D score of x) is row k: :math:`\sum_l\kappa(\mathbf y_k, \mathbf x_l)
     \mathbf v_l`; :meth:`divergence` is :math:`\sum_b\partial K_{(k,a),b}/\partial x_b =
     \sum_l\partial\kappa(\mathbf y_k,\mathbf x_l)/\partial x_{la}` [2, eq. (67)]. Indexing densifies
-    (the stock SteinVI path; tests only).
+    (the stock SteinVI path; tests only). With ``bandwidth`` h (the RBF base of
+    :class:`FrequencyRBFKernel`) the block and the divergence are computed in closed form, by matrix
+    products, instead of by R² calls of ``base`` and of its gradient.
     """
 
-    def __init__(self, base, x, y, input_dim):
-        self.base, self.D = base, input_dim
+    def __init__(self, base, x, y, input_dim, bandwidth=None):
+        self.base, self.D, self.h = base, input_dim, bandwidth
         self.X, self.Y = x.reshape(-1, input_dim), y.reshape(-1, input_dim)
 
     @property
     def block(self):
+        if self.h is not None:  # the RBF base in closed form: one (R, R) Gram matrix product
+            Ys, Xs = self.Y / jnp.sqrt(self.h), self.X / jnp.sqrt(self.h)
+            sq = jnp.sum(Ys ** 2, 1)[:, None] + jnp.sum(Xs ** 2, 1)[None, :] - 2.0 * Ys @ Xs.T
+            return jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
         return jax.vmap(lambda yk: jax.vmap(lambda xl: self.base(yk, xl))(self.X))(self.Y)  # (R, R)
 
     def __matmul__(self, v):
         return (self.block @ v.reshape(-1, self.D)).reshape(-1)  # Eq. (66) [2]
 
     def divergence(self):
+        if self.h is not None:  # ∂κ(y_k, x_l)/∂x_l = κ_kl (y_k − x_l)/h
+            K = self.block
+            return ((jnp.sum(K, 1)[:, None] * self.Y - K @ self.X) / self.h).reshape(-1)  # Eq. (67) [2]
         grad_x = jax.grad(self.base, argnums=1)
         row = lambda yk: jnp.sum(jax.vmap(lambda xl: grad_x(yk, xl))(self.X), 0)  # noqa: E731
         return jax.vmap(row)(self.Y).reshape(-1)  # Eq. (67) [2]
@@ -382,7 +458,7 @@ class FrequencyRBFKernel(SteinKernel):
 
         if self.mode == "norm":
             return base
-        return lambda x, y: FrequencyBlockMatrix(base, x, y, self.input_dim)
+        return lambda x, y: FrequencyBlockMatrix(base, x, y, self.input_dim, h)
 
 
 class FrequencySteinVI(SteinVI):
