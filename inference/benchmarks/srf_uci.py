@@ -123,7 +123,7 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     # of *squared* differences: ℓ ≈ 0.005–0.1 on airfoil and concrete) fixed or gradient-learned
     # frequencies see a white-noise-like random-feature kernel whose likelihood surface in ℓ is rough;
     # 1000 Adam steps do not escape it (airfoil / concrete test RMSE 7.0 / 17, above the targets' sd).
-    kernel = SquaredExponential(1.0, Param(np.ones(X.shape[1]), dist.constraints.positive))
+    kernel = SquaredExponential(1.0, Param(jax.numpy.ones(X.shape[1]), dist.constraints.positive))
     # σ² fixed at the data set's cross-validated value, as in the paper (its SSGP baselines tune σ² by CV
     # and learn only Ω and ℓ): learned by maximum likelihood together with Ω it collapses and the
     # sparse-spectrum fit interpolates (concrete: test RMSE above the targets' sd)
