@@ -47,6 +47,7 @@ def _errors(kernel, method, Rs, d, seeds=8, n=100):
     return np.array(out)
 
 
+@pytest.mark.slow  # R up to 4096 over 8–16 keys (tens of seconds on a shared CPU)
 def test_monte_carlo_error_decays_as_inverse_sqrt_R_and_qmc_faster():
     kernel = psg.SquaredExponential(lengthscale=0.4)
     Rs = np.array([16, 256, 4096])
@@ -62,6 +63,7 @@ def test_monte_carlo_error_decays_as_inverse_sqrt_R_and_qmc_faster():
     assert qmc[-1] < mc[-1] / 10
 
 
+@pytest.mark.slow  # R up to 4096 over 8–16 keys (tens of seconds on a shared CPU)
 def test_matern_frequencies_converge_to_matern_kernel():
     kernel = psg.Matern52(variance=0.8, lengthscale=0.5)
     Rs = np.array([64, 4096])
