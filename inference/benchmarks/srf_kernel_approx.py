@@ -18,8 +18,9 @@ Two sweeps: R ∈ {10, 50, 100, 200, 1000} at d = 2, and d ∈ {2, 8, 16, 30} at
 ``--seeds`` seeds (5 in the authors' CSVs, 10 in the paper's caption). The authors' numbers (notes §2.1)
 are stored next to ours. Time per approximation is reported as a ratio to Monte Carlo's.
 
-``python -m inference.benchmarks.srf_kernel_approx [--quick] [--seeds 5] [--svgd-steps 2000]`` prints
-Markdown tables and writes ``results/srf_kernel_approx.json``.
+``python -m inference.benchmarks.srf_kernel_approx [--quick] [--seeds 5] [--svgd-steps 2000] [--resume]``
+prints Markdown tables and writes ``results/srf_kernel_approx.json`` (after every method, with
+``"complete": false`` until the end; ``--resume`` continues an interrupted run).
 
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI, §5.1 and Figure 2.
@@ -90,19 +91,24 @@ def relative_error(method, R, d, seed, svgd_steps):
     return float(jnp.linalg.norm(K - Kh) / jnp.linalg.norm(K)), seconds
 
 
-def sweep(configs, methods, seeds, svgd_steps, log):
+def sweep(configs, methods, seeds, svgd_steps, log, done=None, save=None):
+    """Rows ``{key: {method: stats}}``; ``done`` holds rows already computed (kept, not recomputed) and
+    ``save(out)`` is called after every method, so an interrupted run can be resumed."""
     import numpy as np
 
-    out = {}
+    out = {k: dict(v) for k, v in (done or {}).items()}
     for key, R, d in configs:
-        row = {}
+        row = out.setdefault(key, {})
         for method in methods:
+            if method in row:
+                continue
             errs, secs = zip(*(relative_error(method, R, d, s, svgd_steps) for s in range(seeds)))
             row[method] = {"mean": float(np.mean(errs)), "sd": float(np.std(errs, ddof=1)) if seeds > 1 else 0.0,
                            "seconds": float(np.mean(secs)), "errors": list(map(float, errs))}
             log(f"R={R:5d} d={d:3d} {method:8s} {row[method]['mean']:.5f} ± {row[method]['sd']:.5f} "
                 f"({row[method]['seconds']:.2f} s)")
-        out[key] = row
+            if save is not None:
+                save(out)
     return out
 
 
@@ -125,6 +131,8 @@ def main(argv=None):
     p.add_argument("--svgd-steps", type=int, default=2000)
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows of --out computed with the same seeds and SVGD steps")
     args = p.parse_args(argv)
     import jax
 
@@ -139,12 +147,26 @@ def main(argv=None):
     result = {"benchmark": "srf_kernel_approx", "quick": args.quick, "N": N, "seeds": args.seeds,
               "svgd_steps": args.svgd_steps, "methods": methods, "paper_code": PAPER_CODE,
               "device": jax.devices()[0].device_kind}
-    result["R"] = sweep([(R, R, 2) for R in r_sweep], methods, args.seeds, args.svgd_steps, print)
-    result["d"] = sweep([(d, 200, d) for d in d_sweep], methods, args.seeds, args.svgd_steps, print)
+    old = {}
+    if args.resume and args.out.exists():
+        prev = json.loads(args.out.read_text())
+        if prev.get("seeds") == args.seeds and prev.get("svgd_steps") == args.svgd_steps:
+            old = {name: {int(k): v for k, v in prev.get(name, {}).items()} for name in ("R", "d")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(name):
+        def write(rows):
+            args.out.write_text(json.dumps({**result, name: rows, "complete": False}, indent=1) + "\n")
+        return write
+
+    result["R"] = sweep([(R, R, 2) for R in r_sweep], methods, args.seeds, args.svgd_steps, print,
+                        old.get("R"), save("R"))
+    result["d"] = sweep([(d, 200, d) for d in d_sweep], methods, args.seeds, args.svgd_steps, print,
+                        old.get("d"), save("d"))
+    result["complete"] = True
     mc_time = result["R"][200]["mc"]["seconds"] if "mc" in methods else None
     if mc_time:
         result["time_ratio_vs_mc_at_R200_d2"] = {m: result["R"][200][m]["seconds"] / mc_time for m in methods}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print("\nRelative Frobenius error, d = 2 (ours: mean ± sd over seeds; code: the authors' CSVs)\n")
     print(markdown(result, "R", "R"))
