@@ -118,7 +118,7 @@ def markdown(result, sweep_name, label):
     lines = [head, "|" + "---|" * (1 + 2 * len(methods))]
     for key, row in result[sweep_name].items():
         ref = PAPER_CODE[sweep_name].get(int(key), {})
-        ours = " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['sd']:.4f}" for m in methods)
+        ours = " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['sd']:.4f}" if m in row else "—" for m in methods)
         theirs = " | ".join(f"{ref[m]:.4f}" if m in ref else "" for m in methods)
         lines.append(f"| {key} | {ours} | {theirs} |")
     return "\n".join(lines)
