@@ -123,10 +123,7 @@ def metrics(gp, params, X_test, y_test) -> dict:
 
 def evaluate(spec, idata_or_params) -> dict:
     """Test metrics from the runner's InferenceData (its ``svi`` group) or a params dict."""
-    params = idata_or_params
-    if not isinstance(params, dict):
-        from ppl_sparsegp.diagnostics import svi_params
-        params = svi_params(idata_or_params)
-        if params is None:
-            raise ValueError("digits_flip.evaluate needs an SVI fit (params)")
+    from ppl_sparsegp.diagnostics import fitted_params
+
+    params = fitted_params(idata_or_params, "digits_flip.evaluate")
     return metrics(spec.gp, params, spec.X_test, spec.y_test)

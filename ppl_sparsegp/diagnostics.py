@@ -287,6 +287,17 @@ def svi_params(idata) -> dict | None:
     return {k: jnp.asarray(group[k].values) for k in group.data_vars if k != "loss"}
 
 
+def fitted_params(idata_or_params, who: str) -> dict:
+    """A params dict as given, or the SVI params stored in an InferenceData; ``who`` names the caller
+    in the error raised for a result without them (e.g. an MCMC fit)."""
+    if isinstance(idata_or_params, dict):
+        return idata_or_params
+    params = svi_params(idata_or_params)
+    if params is None:
+        raise ValueError(f"{who} needs an SVI fit (params)")
+    return params
+
+
 def _predict_kwargs(gp, idata, max_draws):
     params = svi_params(idata)
     if params is not None:
