@@ -26,7 +26,8 @@ summed per-point NLPD), training time (compilation included) and its ratio to SS
 
 ``python -m inference.benchmarks.srf_uci [--quick] [--splits N] [--datasets a,b] [--methods m1,m2]``
 writes ``results/srf_uci.json`` after every run (``--resume`` skips the runs already stored) and prints
-a Markdown table.
+a Markdown table. Splits can run in parallel processes (``--first-split``, ``--splits``, ``--out`` per
+process) and be combined with ``--resume --merge a.json b.json``.
 
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI.
@@ -233,6 +234,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=1000, help="iterations (SVGP: its own defaults at 1000)")
     p.add_argument("--resume", action="store_true", help="keep stored runs and skip them")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
+                   help="only combine the runs of these files (e.g. from processes run in parallel on "
+                        "disjoint --first-split ranges) into --out, later files winning, and print the table")
     args = p.parse_args(argv)
     import jax
 
@@ -253,8 +257,22 @@ def main(argv=None):
     runs = []
     if args.resume and args.out.exists():
         runs = [r for r in json.loads(args.out.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+    if args.merge:
+        for path in args.merge:
+            runs += [r for r in json.loads(path.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+        runs = list({(r["dataset"], r["method"], r["split"]): r for r in runs}.values())
     done = {(r["dataset"], r["method"], r["split"]) for r in runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        args.out.write_text(json.dumps(
+            {"benchmark": "srf_uci", "quick": args.quick, "steps": args.steps, "runs": runs,
+             "summary": summarise(runs), "paper": PAPER, "device": jax.devices()[0].device_kind},
+            indent=1, default=float) + "\n")
+
+    if args.merge:
+        save()
+        args.splits = 0
     for seed in range(args.first_split, args.first_split + args.splits):
         for name in datasets:
             for method in methods:
@@ -265,11 +283,7 @@ def main(argv=None):
                 runs.append(r)
                 print(f"{name:9s} {method:9s} split {seed}: RMSE {r['rmse']:.4f}  NLPD/pt {r['nlpd_point']:.3f}  "
                       f"NLPD joint {r['nlpd_joint']:.1f}  {r['time_s']:.0f} s", flush=True)
-                summary = summarise(runs)
-                args.out.write_text(json.dumps(
-                    {"benchmark": "srf_uci", "quick": args.quick, "steps": args.steps, "runs": runs,
-                     "summary": summary, "paper": PAPER, "device": jax.devices()[0].device_kind},
-                    indent=1, default=float) + "\n")
+                save()
     summary = summarise(runs)
     print(markdown(summary))
     return summary
