@@ -32,7 +32,7 @@ import json
 import platform
 from pathlib import Path
 
-from inference.benchmarks.hkd_uci import fit_interleaved, fmt, pin_to_one_core
+from inference.benchmarks.hkd_uci import add_training_arguments, apply_training_arguments, fit_interleaved, fmt
 
 METHODS = ("SVGP-m", "SVGP-4m", "FLIP 4xm", "NEG 4xm")
 
@@ -65,29 +65,19 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="m = 4, 200 steps: a smoke run of the pipeline")
     p.add_argument("--seeds", default="0", help="comma-separated seeds of flips, split and initialisation")
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--m", type=int, default=16, help="inducing images per sub-kernel / SVGP-m's M")
-    p.add_argument("--steps", type=int, default=2000)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--batch-size", type=int, default=256)
+    add_training_arguments(p, METHODS, m=16, steps=2000)
     p.add_argument("--likelihood", choices=("softmax", "robustmax"), default="softmax")
-    p.add_argument("--cpu", default="pin", help="'pin': pin the process to one core (default); an int: that "
-                   "core; 'all': no pinning")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "hkd_digits.json")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.steps = 4, 200
-    core = None if args.cpu == "all" else pin_to_one_core(None if args.cpu == "pin" else args.cpu)
+    core, methods = apply_training_arguments(args, METHODS)
 
     import jax
     import numpy as np
     jax.config.update("jax_enable_x64", True)
 
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    methods = [m for m in args.methods.split(",") if m]
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        raise SystemExit(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
     rows = []
     for seed in seeds:
         for r in run(seed, methods, args):

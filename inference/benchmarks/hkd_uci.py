@@ -54,6 +54,27 @@ def pin_to_one_core(cpu=None):
     return cpu
 
 
+def add_training_arguments(p, methods, *, m: int, steps: int):
+    """The flags the HKD benchmarks share: methods, m, steps, lr, batch size and CPU pinning."""
+    p.add_argument("--methods", default=",".join(methods))
+    p.add_argument("--m", type=int, default=m, help="inducing points per sub-kernel / SVGP-m's M")
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--cpu", default="pin", help="'pin': pin the process to one core (default, before jax "
+                   "starts its threads); an int: pin to that core; 'all': no pinning")
+
+
+def apply_training_arguments(args, methods):
+    """Pin the CPU as ``--cpu`` says (before jax starts) and check ``--methods``; returns (core, methods)."""
+    core = None if args.cpu == "all" else pin_to_one_core(None if args.cpu == "pin" else args.cpu)
+    chosen = [m for m in args.methods.split(",") if m]
+    unknown = set(chosen) - set(methods)
+    if unknown:
+        raise SystemExit(f"unknown methods {sorted(unknown)}; choose from {methods}")
+    return core, chosen
+
+
 def fit_interleaved(gps: dict, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0,
                     block: int = 50):
     """SVI (TraceMeanField_ELBO, Adam) of several models on the same data for ``steps`` minibatch steps
@@ -209,28 +230,18 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="m = 8, 300 steps, split 0: a smoke run of the pipeline")
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--splits", default="0", help="comma-separated split indices (default 0)")
-    p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--m", type=int, default=32, help="inducing inputs per sub-kernel / SVGP-m's M")
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--cpu", default="pin", help="'pin': pin the process to one core (default, before jax "
-                   "starts its threads); an int: pin to that core; 'all': no pinning")
+    add_training_arguments(p, METHODS, m=32, steps=3000)
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "hkd_uci.json")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.steps = 8, 300
-    core = None if args.cpu == "all" else pin_to_one_core(None if args.cpu == "pin" else args.cpu)
+    core, methods = apply_training_arguments(args, METHODS)
 
     import jax
     jax.config.update("jax_enable_x64", True)
 
     datasets = [d for d in args.datasets.split(",") if d]
     splits = [int(s) for s in args.splits.split(",") if s]
-    methods = [m for m in args.methods.split(",") if m]
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        raise SystemExit(f"unknown methods {sorted(unknown)}; choose from {METHODS}")
     rows = []
     for ds in datasets:
         for split in splits:
