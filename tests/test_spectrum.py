@@ -205,7 +205,8 @@ def test_stein_random_features_approximate_the_kernel_better_than_monte_carlo():
     kernel = psg.SquaredExponential(1.0, 1.0)
     X = jax.random.uniform(jax.random.PRNGKey(9), (200, 2))
     K = kernel(X)
-    err = lambda W: float(jnp.linalg.norm(RandomFourierFeatures(W).gram(kernel, X) - K) / jnp.linalg.norm(K))  # noqa: E731
+    def err(W):
+        return float(jnp.linalg.norm(RandomFourierFeatures(W).gram(kernel, X) - K) / jnp.linalg.norm(K))
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
     W = [stein_frequencies(kernel, k, 50, 2, num_steps=500) for k in keys]
     mc = np.mean([err(sample_frequencies(kernel, k, 50, 2, "mc")) for k in keys])  # SVGD's starting draws

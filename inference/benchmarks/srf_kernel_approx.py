@@ -9,16 +9,16 @@ for R frequencies (2R features) drawn by
 * ``orf``: orthogonal random features;
 * ``nystrom``: scikit-learn's ``Nystroem`` (γ = 1/2, R components, fitted on an independent uniform set,
   as in the authors' code);
-* ``svgd``: Stein random features, R particles moved by SVGD towards N(0, I) through
-  plain SVGD (``ppl_sparsegp.spectrum.stein_frequencies``, the step SteinVI takes, vectorised: MC start, Adam 0.3,
-  weight decay 1e-4, cyclical annealing c = 5, s = 0.5, per-dimension median bandwidth; ``--svgd-steps``
-  iterations, 15 000 in the authors' notebook);
-* ``svgd_d``: the same with the bandwidth scaled by d (``bandwidth_scale=d``: h_k = d × the per-dimension
-  median, about the median squared *distance*). With the notes' per-dimension median the RBF particle
-  kernel between typical particles is exp(−d·O(1)): at d ≥ 8 the repulsion vanishes and the particles
-  collapse towards the mode (d = 8, R = 200: particle variance 0.31 instead of 1, error 0.53, worse than
-  MC). The authors' d-sweep numbers (0.0055 at d = 8; the code that made them is not published) are
-  reached with the wider kernel only; both are reported.
+* ``svgd``: Stein random features, R particles moved by plain SVGD towards N(0, I)
+  (``ppl_sparsegp.spectrum.stein_frequencies``: SteinVI's step, vectorised; MC start, Adam 0.3, weight
+  decay 1e-4, cyclical annealing c = 5, s = 0.5) with the notes' bandwidth, the per-dimension median
+  (``bandwidth_scale=1``); ``--svgd-steps`` iterations, 15 000 in the authors' notebook;
+* ``svgd_d``: the same with the bandwidth scaled by d (``bandwidth_scale=d``: h_k = d × the
+  per-dimension median, about the median squared *distance*; ``stein_frequencies``' default). With the
+  notes' per-dimension median the RBF particle kernel between typical particles is exp(−d·O(1)): at
+  d ≥ 8 the repulsion vanishes and the particles collapse towards the mode (d = 8, R = 200: particle
+  variance 0.31 instead of 1, error 0.53, worse than MC). The authors' d-sweep numbers (0.0055 at d = 8;
+  the code that made them is not published) are reached with the wider kernel only; both are reported.
 
 Two sweeps: R ∈ {10, 50, 100, 200, 1000} at d = 2, and d ∈ {2, 8, 16, 30} at R = 200; mean ± sd over
 ``--seeds`` seeds (5 in the authors' CSVs, 10 in the paper's caption). The authors' numbers (notes §2.1)
@@ -89,7 +89,7 @@ def relative_error(method, R, d, seed, svgd_steps):
     else:
         if method in ("svgd", "svgd_d"):
             W = stein_frequencies(kernel, k_w, R, d, num_steps=svgd_steps,
-                                  bandwidth_scale=float(d) if method == "svgd_d" else 1.0)
+                                  bandwidth_scale=float(d) if method == "svgd_d" else 1.0)  # explicit: the default is d
         else:
             W = sample_frequencies(kernel, k_w, R, d, method)
         Kh = RandomFourierFeatures(W).gram(kernel, X)
