@@ -254,12 +254,13 @@ def main(argv=None):
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {METHODS}")
-    runs = []
-    if args.resume and args.out.exists():
-        runs = [r for r in json.loads(args.out.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+    def stored(path):  # the runs of a results file made with the same number of steps
+        return [r for r in json.loads(path.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+
+    runs = stored(args.out) if args.resume and args.out.exists() else []
     if args.merge:
         for path in args.merge:
-            runs += [r for r in json.loads(path.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+            runs += stored(path)
         runs = list({(r["dataset"], r["method"], r["split"]): r for r in runs}.values())
     done = {(r["dataset"], r["method"], r["split"]) for r in runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
