@@ -277,7 +277,7 @@ def main(argv=None):
         args.out.write_text(json.dumps(
             {"benchmark": "srf_uci", "quick": args.quick, "steps": args.steps, "runs": runs,
              "summary": summarise(runs), "paper": PAPER, "device": jax.devices()[0].device_kind,
-             "xla_flags": os.environ.get("XLA_FLAGS", ""), "cores": len(os.sched_getaffinity(0))},
+             "xla_flags": os.environ.get("XLA_FLAGS", "")},
             indent=1, default=float) + "\n")
 
     if args.merge:
@@ -289,7 +289,8 @@ def main(argv=None):
                 if (name, method, seed) in done:
                     continue
                 r = run_one(method, name, seed, args.steps)
-                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps)
+                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps,
+                         cores=sorted(os.sched_getaffinity(0)))
                 runs.append(r)
                 print(f"{name:9s} {method:9s} split {seed}: RMSE {r['rmse']:.4f}  NLPD/pt {r['nlpd_point']:.3f}  "
                       f"NLPD joint {r['nlpd_joint']:.1f}  {r['time_s']:.0f} s", flush=True)
