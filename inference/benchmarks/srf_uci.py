@@ -31,6 +31,12 @@ a Markdown table. Splits can run in parallel processes (``--first-split``, ``--s
 own core (``--cpu``): on a 2-core machine two unpinned single-threaded processes took 2.2 times as long
 per SSGP step as two pinned ones.
 
+Runs with learned frequencies (``msrfr``, ``ssgp``) are deterministic for a given number of usable cores
+but not across them: XLA's CPU code, and so the floating-point summation order, depends on the cores a
+process may use, and 1000 steps of these optimisations amplify the last-bit differences. Concrete SSGP
+split 0 ends at RMSE 5.68 pinned to one core and 6.52 on two. The stored results were all made pinned
+to one core (each run's ``cores``).
+
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI.
     2. ``shared/notes/srf.md``.
