@@ -35,7 +35,7 @@ Runs with learned frequencies (``msrfr``, ``ssgp``) are deterministic for a give
 but not across them: XLA's CPU code, and so the floating-point summation order, depends on the cores a
 process may use, and 1000 steps of these optimisations amplify the last-bit differences. Concrete SSGP
 split 0 ends at RMSE 5.68 pinned to one core and 6.52 on two. The stored results were all made pinned
-to one core (each run's ``cores``).
+to one core (``taskset``; runs made with ``--cpu`` record their ``cores``).
 
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI.
