@@ -248,10 +248,15 @@ def main(argv=None):
                    help="only combine the runs of these files (e.g. from processes run in parallel on "
                         "disjoint --first-split ranges) into --out, later files winning, and print the table")
     args = p.parse_args(argv)
+    # the cores this process may use (Linux only; None elsewhere), recorded with every run
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     if args.cpu is not None:  # before JAX starts its threads, so that they inherit the affinity
-        if args.cpu not in os.sched_getaffinity(0):
-            raise ValueError(f"--cpu {args.cpu}: not one of this process's cores {sorted(os.sched_getaffinity(0))}")
+        if cores is None:
+            raise ValueError("--cpu: this platform cannot pin a process to a core (no os.sched_setaffinity)")
+        if args.cpu not in cores:
+            raise ValueError(f"--cpu {args.cpu}: not one of this process's cores {cores}")
         os.sched_setaffinity(0, {args.cpu})
+        cores = [args.cpu]
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -295,8 +300,7 @@ def main(argv=None):
                 if (name, method, seed) in done:
                     continue
                 r = run_one(method, name, seed, args.steps)
-                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps,
-                         cores=sorted(os.sched_getaffinity(0)))
+                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps, cores=cores)
                 runs.append(r)
                 print(f"{name:9s} {method:9s} split {seed}: RMSE {r['rmse']:.4f}  NLPD/pt {r['nlpd_point']:.3f}  "
                       f"NLPD joint {r['nlpd_joint']:.1f}  {r['time_s']:.0f} s", flush=True)
