@@ -279,12 +279,13 @@ class CollapsedGP(GPModel):
         self.precomputed = statistics
         if statistics is not None:
             self._check_statistics(statistics)
+            self.precomputed = statistics.with_root()  # once, not per step
 
     guide = GPModel.point_guide
 
     def statistics(self, feature, kernel, X, y):
         """Sufficient statistics of the data (a family may stream them; see VFF)."""
-        return sufficient_statistics(Kuf(feature, kernel, X), y), jnp.sum(kernel.diag(X))
+        return sufficient_statistics(Kuf(feature, kernel, X), y, keep_root=True), jnp.sum(kernel.diag(X))
 
     def _centred_statistics(self, feature, kernel, c, X, y, statistics):
         """(statistics of y − c, Σₙ k(xₙ, xₙ)) from the data, or from precomputed ``statistics``
@@ -312,8 +313,8 @@ class CollapsedGP(GPModel):
             raise ValueError("precomputed statistics need a feature without free parameters (Kuf must not "
                              "depend on anything optimised or sampled)")
         M = self.feature.num_features
-        if jnp.shape(statistics.A) != (M, M):
-            raise ValueError(f"statistics are for {jnp.shape(statistics.c)[0]} features, the feature has {M}")
+        if statistics.num_features != M or (statistics.A is not None and jnp.shape(statistics.A) != (M, M)):
+            raise ValueError(f"statistics are for {statistics.num_features} features, the feature has {M}")
 
     def model(self, X=None, y=None, *, statistics: SufficientStatistics | None = None):
         """The collapsed bound as ``numpyro.factor("y", ...)``, from (X, y) or, when Kuf does not depend

@@ -16,6 +16,17 @@ Everything depends on the data only through the sufficient statistics
 :math:`\sum_n k(\mathbf x_n,\mathbf x_n)` [2, §5.2]; when Kuf does not depend on the hyperparameters
 (VFF with all inputs inside the box) they are computed once and each step costs O(M³).
 
+Numerics. :math:`WW^\top` is never formed as :math:`R^\top K_{uu}^{-1} A K_{uu}^{-1} R`: that squares
+the condition number of Kuu, and with inducing points on a dense grid or long lengthscales it loses
+positive definiteness (NaN) or exceeds the exact value. It is formed as :math:`GG^\top` from a square
+root :math:`F` of A (:math:`A = FF^\top`), :math:`G = R^\top K_{uu}^{-1} F`: on data F is
+:math:`K_{uf}` itself (so G = W, the textbook form), for precomputed statistics F comes from A's
+eigendecomposition once (:meth:`SufficientStatistics.with_root`; accurate when Kuf is well conditioned,
+as VFF's basis is: measured to 2e-13 against the data path; for inducing points keep the data path,
+whose root is Kuf). Then B ⪰ I by construction, and the trace term
+:math:`\sum_n k_{nn} - \|G\|_F^2 \ge 0` is clipped at zero, its exact sign. In float32 the Cholesky
+factor of B comes from a QR factorisation of :math:`[G^\top/\sigma; I]` instead of from B itself.
+
 References:
     1. Titsias (2009), Variational learning of inducing variables in sparse Gaussian processes.
     2. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, eqs. 29–30.
@@ -40,14 +51,35 @@ __all__ = ["SufficientStatistics", "sufficient_statistics", "collapsed_elbo", "c
 
 class SufficientStatistics(NamedTuple):
     """``A = Kuf Kufᵀ`` (M, M), ``c = Kuf y`` (M,), ``yy = yᵀy``, ``n`` = N, and for centring by a
-    constant mean ``f1 = Kuf 1`` (M,) and ``ysum = Σ y`` (optional). They add over blocks of data."""
+    constant mean ``f1 = Kuf 1`` (M,) and ``ysum = Σ y`` (optional). They add over blocks of data.
 
-    A: jnp.ndarray
+    ``root`` (M, r), optional, is a square root of A (``A = root rootᵀ``), the form the bound is
+    evaluated from (module docstring): Kuf itself on data, or :meth:`with_root` for precomputed A.
+    A may then be None. On data ``y`` (N,) is kept too, so that W y is formed as G y, with the same
+    rounding as G (not as Rᵀ Kuu⁻¹ c, which differs by Kuu's conditioning)."""
+
+    A: jnp.ndarray | None
     c: jnp.ndarray
     yy: jnp.ndarray
     n: jnp.ndarray
     f1: jnp.ndarray | None = None
     ysum: jnp.ndarray | None = None
+    root: jnp.ndarray | None = None
+    y: jnp.ndarray | None = None
+
+    @property
+    def num_features(self) -> int:
+        """M."""
+        return int(jnp.shape(self.c)[0])
+
+    def with_root(self) -> "SufficientStatistics":
+        r"""These statistics with ``root`` = :math:`U\Lambda_+^{1/2}` from A's eigendecomposition
+        :math:`A = U\Lambda U^\top` (eigenvalues clipped at 0: A is PSD, rounding can make the
+        smallest slightly negative). O(M³), once: call it on precomputed statistics, not per step."""
+        if self.root is not None:
+            return self
+        lam, U = jnp.linalg.eigh(0.5 * (self.A + self.A.T))
+        return self._replace(root=U * jnp.sqrt(jnp.maximum(lam, 0.0)))
 
     def centred(self, mean):
         r"""The statistics of :math:`\mathbf y - \mu\mathbf 1` for a constant mean μ:
@@ -58,13 +90,16 @@ class SufficientStatistics(NamedTuple):
                              "be centred by a constant mean; compute them with sufficient_statistics or "
                              "fourier_statistics")
         return self._replace(c=self.c - mean * self.f1, yy=self.yy - 2 * mean * self.ysum + mean**2 * self.n,
-                             ysum=self.ysum - mean * self.n)
+                             ysum=self.ysum - mean * self.n, y=None if self.y is None else self.y - mean)
 
 
-def sufficient_statistics(Kmn, y) -> SufficientStatistics:
-    """The statistics of one block of data (they add over blocks)."""
-    return SufficientStatistics(Kmn @ Kmn.T, Kmn @ y, jnp.dot(y, y), jnp.asarray(y.shape[0], Kmn.dtype),
-                                jnp.sum(Kmn, axis=1), jnp.sum(y))
+def sufficient_statistics(Kmn, y, *, keep_root: bool = False) -> SufficientStatistics:
+    """The statistics of one block of data (they add over blocks). ``keep_root=True`` keeps Kuf as
+    ``root`` and skips the O(NM²) product A (the form :func:`collapsed_elbo_from_stats` reads)."""
+    A = None if keep_root else Kmn @ Kmn.T
+    return SufficientStatistics(A, Kmn @ y, jnp.dot(y, y), jnp.asarray(y.shape[0], Kmn.dtype),
+                                jnp.sum(Kmn, axis=1), jnp.sum(y), Kmn if keep_root else None,
+                                y if keep_root else None)
 
 
 def constant_kernel_diagonal(kernel):
@@ -102,24 +137,31 @@ def _whiten(Kmm, X):
     return Kmm.whiten(X)
 
 
-def _whitened_stats(Kmm, stats: SufficientStatistics):
-    """WWᵀ = Rᵀ Kuu⁻¹ A Kuu⁻¹ R and W y = Rᵀ Kuu⁻¹ c."""
-    half = _whiten(Kmm, stats.A)  # Rᵀ Kuu⁻¹ A, (M', M)
-    WWt = _whiten(Kmm, half.T)  # Rᵀ Kuu⁻¹ (Rᵀ Kuu⁻¹ A)ᵀ
-    WWt = 0.5 * (WWt + WWt.T)
-    return WWt, _whiten(Kmm, stats.c)
+def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
+    """(L_B, ‖G‖²_F, W y) with G = Rᵀ Kuu⁻¹ F for a root F of A (module docstring), L_B the Cholesky
+    factor of B = I + GGᵀ/σ² and W y = Rᵀ Kuu⁻¹ c. Nothing squares Kuu's condition number."""
+    G = _whiten(Kmm, stats.with_root().root)  # (M', r)
+    eye = jnp.eye(G.shape[0], dtype=G.dtype)
+    if G.dtype == jnp.float32:
+        # forming GGᵀ in float32 loses enough that the bound can exceed the exact value (measured:
+        # +1.2e-2·|exact| for 200 inducing points, noise 1e-2): take L_B from the QR factor of
+        # [Gᵀ/σ; I], whose RᵀR = B, at 2–4× the Gram's cost (so float64 keeps the Gram)
+        R = jnp.linalg.qr(jnp.concatenate([G.T / jnp.sqrt(noise_variance), eye]), mode="r")
+        LB = (R * jnp.sign(jnp.diagonal(R))[:, None]).T
+    else:
+        LB = jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
+    Wy = _whiten(Kmm, stats.c) if stats.y is None else G @ stats.y
+    return LB, jnp.sum(G * G), Wy
 
 
 def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):
     """The collapsed bound from sufficient statistics in O(M³) (see the module docstring)."""
     s2 = noise_variance
-    WWt, Wy = _whitened_stats(Kmm, stats)
-    B = jnp.eye(WWt.shape[0], dtype=WWt.dtype) + WWt / s2
-    LB = jnp.linalg.cholesky(B)
+    LB, trace_qff, Wy = _whitened_stats(Kmm, stats, s2)
     e = solve_triangular(LB, Wy, lower=True)
     return (-0.5 * stats.n * jnp.log(2 * math.pi * s2) - jnp.sum(jnp.log(jnp.diag(LB)))
             - 0.5 * stats.yy / s2 + 0.5 * jnp.sum(e**2) / s2**2  # Eq. (30) [2]
-            - 0.5 * sum_kff / s2 + 0.5 * jnp.trace(WWt) / s2)
+            - 0.5 * jnp.maximum(sum_kff - trace_qff, 0.0) / s2)  # tr(Kff − Qff) ≥ 0
 
 
 def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
@@ -128,11 +170,9 @@ def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
 
     :returns: ``(m_v, S_v)`` with S_v a :class:`~ppl_sparsegp.linalg.Dense` operator.
     """
-    WWt, Wy = _whitened_stats(Kmm, stats)
-    B = jnp.eye(WWt.shape[0], dtype=WWt.dtype) + WWt / noise_variance
-    LB = jnp.linalg.cholesky(B)
+    LB, _, Wy = _whitened_stats(Kmm, stats, noise_variance)
     m = cho_solve((LB, True), Wy) / noise_variance
-    Linv = solve_triangular(LB, jnp.eye(B.shape[0], dtype=B.dtype), lower=True)
+    Linv = solve_triangular(LB, jnp.eye(LB.shape[0], dtype=LB.dtype), lower=True)
     return m, Dense(Linv.T @ Linv)
 
 
@@ -153,7 +193,7 @@ def collapsed_elbo(feature, kernel, X, y, noise_variance):
     X, y = _check_regression(X, y, noise_variance)
     X = feature.check_inputs(X)
     Kmm = Kuu(feature, kernel)
-    stats = sufficient_statistics(Kuf(feature, kernel, X), y)
+    stats = sufficient_statistics(Kuf(feature, kernel, X), y, keep_root=True)
     return collapsed_elbo_from_stats(Kmm, stats, jnp.sum(kernel.diag(X)), noise_variance)
 
 

@@ -87,6 +87,11 @@ def _xp(X):
     return np if isinstance(X, (np.ndarray, float, int)) else jnp
 
 
+def _float_dtype(X):
+    """X's dtype when it is floating (float32 stays float32), else the default float."""
+    return X.dtype if np.issubdtype(X.dtype, np.floating) else np.result_type(float)
+
+
 class Group:
     """A product of commuting cyclic ways; subclasses are single ways or :class:`ProductGroup`."""
 
@@ -255,7 +260,7 @@ class Negation(Transformation):
         if self.directions is None:
             return -X
         xp = _xp(X)
-        U = xp.asarray(self.matrix_U, dtype=xp.result_type(X.dtype, float))
+        U = xp.asarray(self.matrix_U, dtype=_float_dtype(X))
         return X - 2.0 * (X @ U) @ U.T
 
     def __repr__(self):
@@ -348,7 +353,7 @@ class Rotation(Transformation):
             return X
         xp = _xp(X)
         X = xp.asarray(X)
-        P = xp.asarray(self._frame(X.shape[-1], np.result_type(X.dtype, float)))
+        P = xp.asarray(self._frame(X.shape[-1], _float_dtype(X)))
         th = 2.0 * math.pi * s / self.order
         c, sn = math.cos(th), math.sin(th)
         ab = X @ P  # (..., 2): coordinates in the plane
