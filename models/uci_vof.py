@@ -109,8 +109,9 @@ def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="s
         return Additive([cls(variance=dist.LogNormal(math.log(1.0 / D), 1.0),
                              lengthscale=dist.LogNormal(0.0, 1.0)) for _ in range(D)])
 
+    _check_count(num_features, "num_features")
     if features == "inducing":
-        M = min(num_features or 100, X.shape[0])
+        M = min(100 if num_features is None else num_features, X.shape[0])
         Z = X[np.random.default_rng(seed).choice(X.shape[0], M, replace=False)]
         if ip_kernel == "additive":
             kernel = per_input(SquaredExponential)
@@ -118,7 +119,7 @@ def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="s
             kernel = SquaredExponential(variance=dist.LogNormal(0.0, 1.0),
                                         lengthscale=dist.LogNormal(np.zeros(D), 1.0))
         return SparseGP(InducingPoints(Param(Z)), kernel, lik, q_cov=q_cov)
-    M = num_features or 15
+    M = 15 if num_features is None else num_features
     if features == "hermite":
         feats = [HermiteFeatures(M, input_scale=Param(1.0, constraints.positive)) for _ in range(D)]
         kernel = per_input(SquaredExponential)
@@ -134,13 +135,22 @@ def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="s
     return SparseGP(AdditiveOrthogonal(feats), kernel, lik, q_cov=q_cov)
 
 
+def _check_count(value, name):
+    """None (the default) or a positive integer; 0 or a negative value is an error, not the default."""
+    if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def build(args) -> ModelSpec:
+    # flags first (before reading any data): 0 is an error, not a request for the default
+    _check_count(args.num_features, "--num-features")
+    _check_count(args.batch_size, "--batch-size")
     Xtr, ytr, Xte, yte = load_split(args.dataset, args.split, args.data_dir)
     X, y, X_test, scaler = standardise(Xtr, ytr, Xte)
     gp = make_gp(args.features, X, num_features=args.num_features, q_cov=args.q_cov,
                  base_kernel=args.base_kernel, estimator=args.estimator, num_samples=args.num_samples,
                  ip_kernel=args.ip_kernel, seed=args.ip_seed)
-    batch = args.batch_size or (None if X.shape[0] <= 2000 else 1000)
+    batch = args.batch_size if args.batch_size is not None else (None if X.shape[0] <= 2000 else 1000)
     return ModelSpec(
         name=f"uci_vof[{args.dataset}/{args.features}]", gp=gp, X=X, y=y, X_test=X_test, y_test=yte,
         model_kwargs={} if batch is None else {"batch_size": batch},

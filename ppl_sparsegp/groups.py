@@ -41,6 +41,7 @@ References:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -166,10 +167,37 @@ class Group:
                 if not np.allclose(a, b, atol=1e-8 * max(scale, 1.0)):
                     raise ValueError(f"the ways {way!r} and {other!r} do not commute")
 
+    def coordinate_sign_flips(self, input_dim: int) -> bool:
+        r"""True when every way only flips the signs of some input coordinates (:math:`G = \mathrm{diag}(\pm
+        1)` on D inputs), checked on a random probe.
+
+        These are the only groups under which a stationary kernel with one lengthscale per input dimension
+        (ARD, or a sum or product of 1-D kernels) stays invariant *whatever* the lengthscales: for an
+        orthogonal G, :math:`\|\Lambda^{-1}G\mathbf r\| = \|\Lambda^{-1}\mathbf r\|` for every diagonal
+        :math:`\Lambda` iff :math:`\Lambda^{-1}G\Lambda` is orthogonal for every :math:`\Lambda`, i.e. G is
+        diagonal. Rotations, reflections off the coordinate axes, pixel permutations and non-linear ways
+        (longitude rotations) are not.
+        """
+        return all(_flips_coordinates(way, int(input_dim)) for way in self.ways)
+
     def __mul__(self, other):
         if not isinstance(other, Group):
             return NotImplemented
         return ProductGroup(self.ways + other.ways)
+
+
+@functools.lru_cache(maxsize=256)
+def _flips_coordinates(way, D: int) -> bool:
+    """Whether ``way`` acts on D inputs as a linear map with a diagonal ±1 matrix (cached: ways are hashable)."""
+    try:
+        way.check_dim(D)
+    except ValueError:
+        return False
+    G = np.asarray(way.power(np.eye(D), 1), dtype=np.float64)  # rows: G e_i, i.e. Gᵀ
+    x = _probe((way,), D, 1.0, np.random.default_rng(0))
+    linear = np.allclose(np.asarray(way.power(x, 1), dtype=np.float64), x @ G, atol=1e-10)
+    diagonal = np.allclose(G, np.diag(np.diagonal(G)), atol=1e-12)
+    return bool(linear and diagonal and np.allclose(np.abs(np.diagonal(G)), 1.0, atol=1e-12))
 
 
 def _probe(ways, D, scale, rng):

@@ -44,7 +44,7 @@ from jax.scipy.special import log_ndtr, logsumexp
 from numpyro import handlers
 
 from ._module import is_concrete
-from .approximations import GPModel, resolve_q_family
+from .approximations import GPModel, _require_params, _require_samples, resolve_q_family
 from .conditionals import conditional
 from .features.base import Kuu
 from .gaussian import StructuredNormal, gaussian_kl
@@ -277,7 +277,8 @@ class MulticlassSparseGP(GPModel):
         return jax.vmap(lambda m, S: conditional(feature, kernel, X, m, S, whiten=self.whiten, Kmm=Kmm),
                         out_axes=-1)(jnp.stack(locs), stacked)
 
-    def _fitted(self, params):
+    def _fitted(self, params, method):
+        _require_params(self, method, params)  # no silent initial values for missing params
         values = self.point_values(params)
         kernel, likelihood, feature, c = self.components_from(values)
         Kmm = Kuu(feature, kernel)
@@ -288,7 +289,7 @@ class MulticlassSparseGP(GPModel):
     def elbo(self, params: dict, X, y, key=None):
         """The ELBO :math:`\\sum_n\\mathbb E_{q}\\log p(y_n\\mid\\mathbf f_n) - \\sum_c\\mathrm{KL}_c` at
         SVI params (exact for RobustMax; Monte Carlo with ``key`` for Softmax)."""
-        kernel, likelihood, feature, c, Kmm, locs, covs = self._fitted(params)
+        kernel, likelihood, feature, c, Kmm, locs, covs = self._fitted(params, "elbo")
         X, y = self._check_data(X, y, likelihood)
         mean, var = self._marginals(feature, kernel, X, locs, covs, Kmm)
         prior = Identity(self._dim(Kmm), dtype=Kmm.dtype) if self.whiten else Kmm
@@ -297,12 +298,14 @@ class MulticlassSparseGP(GPModel):
 
     def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new: ``f_mean``, ``f_var`` (N, C), ``y_mean`` (the class
-        probabilities, N × C) and ``y_var`` (their p(1 − p)); ``samples``: mixed over posterior draws."""
+        probabilities, N × C) and ``y_var`` (their p(1 − p)); ``samples``: mixed over posterior draws.
+        A param of :meth:`guide` missing from ``params`` (a sampled site from ``samples``) raises
+        ``ValueError``."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
         X_new = check_inputs(X_new, "X_new")
         if params is not None:
-            kernel, likelihood, feature, c, Kmm, locs, covs = self._fitted(params)
+            kernel, likelihood, feature, c, Kmm, locs, covs = self._fitted(params, "predict")
             m, v = self._marginals(feature, kernel, X_new, locs, covs, Kmm)
             p = likelihood.class_probabilities(m + c, v)
             return {"f_mean": m + c, "f_var": v, "y_mean": p, "y_var": p * (1.0 - p)}
@@ -314,6 +317,7 @@ class MulticlassSparseGP(GPModel):
             v = jnp.broadcast_to(v[:, None], m.shape)
             return m + c, v, likelihood.class_probabilities(m + c, v)
 
+        _require_samples(self, "predict", samples, self.site)
         ms, vs, ps = jax.lax.map(one, samples)
         p = ps.mean(0)
         return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": p, "y_var": p * (1.0 - p),

@@ -2,8 +2,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
+from numpyro.distributions import constraints
 from numpyro.infer import TraceMeanField_ELBO
 
 import ppl_sparsegp as psg
@@ -160,6 +162,105 @@ def test_invariance_check():
     check_invariance(LongitudeRotation(6), SphereEmbedded(KERNEL), LONLAT)
 
 
+GROUPS_VS_ARD = {  # group on 3 inputs, and whether it keeps every per-dimension lengthscale
+    "negation": (Negation(), True),
+    "axis reflections": (coordinate_negation(3, (0, 2)), True),
+    "axis-aligned plane, rotated basis": (Negation(np.array([[1.0, 1.0], [1.0, -1.0], [0.0, 0.0]]) / np.sqrt(2)),
+                                          True),
+    "pca-2way": (principal_axes_negation(X3, 2), False),
+    "rotation": (Rotation(4, plane=(0, 2)), False),
+    "rotation x axis flip": (Rotation(4) * Negation(np.array([0.0, 0.0, 1.0])), False),
+}
+
+
+@pytest.mark.parametrize("case", list(GROUPS_VS_ARD))
+def test_coordinate_sign_flips_is_invariance_under_every_ard_lengthscale(case):
+    """Group.coordinate_sign_flips(D) is True exactly when an ARD kernel with distinct lengthscales is
+    invariant (checked on values); the harmonic feature accepts or refuses an ARD template accordingly."""
+    group, expected = GROUPS_VS_ARD[case]
+    assert group.coordinate_sign_flips(3) is expected
+    ard = psg.Matern32(1.0, np.array([0.5, 1.0, 2.0]))
+    if expected:
+        check_invariance(group, ard, X3)
+    else:
+        with pytest.raises(ValueError, match="not invariant"):
+            check_invariance(group, ard, X3)
+    template = psg.Matern32(1.0, psg.Param(np.ones(3), constraints.positive))
+    feature = HarmonicFeatures(group, X3[:3])
+    if expected:
+        assert feature.check_kernel(template) is template
+    else:
+        with pytest.raises(ValueError, match="site 'kernel_lengthscale'.*scalar lengthscale"):
+            feature.check_kernel(template)
+
+
+def test_non_linear_and_permutation_ways_refuse_per_dimension_lengthscales():
+    assert not LongitudeRotation(6).coordinate_sign_flips(2)
+    assert not ImageFlip((3, 4), 1).coordinate_sign_flips(12)
+    assert not ImageShift((3, 4), axis=1).coordinate_sign_flips(12)
+    sphere = HarmonicFeatures(LongitudeRotation(6), LONLAT[:3])
+    sphere.check_kernel(SphereEmbedded(psg.Matern52(1.0, psg.Param(1.0, constraints.positive))))  # isotropic
+    with pytest.raises(ValueError, match="site 'kernel_base_lengthscale'"):
+        sphere.check_kernel(SphereEmbedded(psg.Matern52(1.0, dist.LogNormal(np.zeros(3), 1.0))))
+    flips = HarmonicFeatures(ImageFlip((3, 4), 1), IMAGES[:3])
+    with pytest.raises(ValueError, match="site 'kernel_lengthscale'"):
+        flips.check_kernel(psg.SquaredExponential(1.0, dist.LogNormal(np.zeros(12), 1.0).to_event(1)))
+
+
+def harmonic_regression(group, kernel, collapsed):
+    """(gp, X, y) for a small regression with a learnt Gaussian noise."""
+    X = X3[:20]
+    y = np.sin(2 * X[:, 0]) + 0.3 * X[:, 1]
+    lik = Gaussian(variance=psg.Param(0.1, constraints.positive))
+    feature = HarmonicFeatures(group, X[:3])
+    gp = (psg.CollapsedGP(feature, kernel, lik) if collapsed
+          else psg.SparseGP(feature, kernel, lik, q_cov=block_diagonal_covariance))
+    return gp, X, y
+
+
+def svi_losses(gp, X, y, lengthscales):
+    """SVI's loss (jitted) at the given lengthscales, the other params at their initial values."""
+    params = {"likelihood_variance": 0.1}
+    if isinstance(gp, psg.SparseGP):  # q(v) at the prior: T blocks of m = 3
+        T = gp.feature.group.num_subkernels
+        params.update(f_v_loc=jnp.zeros(3 * T), f_v_scale_tril=jnp.broadcast_to(jnp.eye(3), (T, 3, 3)))
+    loss = jax.jit(lambda p: TraceMeanField_ELBO().loss(jax.random.PRNGKey(1), p, gp.model, gp.guide, X, y))
+    return [float(loss(dict(params, kernel_lengthscale=jnp.asarray(ls)))) for ls in lengthscales]
+
+
+@pytest.mark.parametrize("collapsed", [False, True], ids=["SparseGP", "CollapsedGP"])
+def test_learned_per_dimension_lengthscale_with_a_rotation_is_refused_not_nan(collapsed):
+    """Issue 17 item 2: an ARD lengthscale learnt under a Rotation group starts isotropic (the value check
+    passes), drifts apart, and every loss turned NaN. The structure is now refused before the first
+    step: when the approximation is built from the template, and by Kuu and Kuf under jit (per-dimension
+    values substituted into an isotropic model), where the value check cannot run."""
+    ard = psg.Matern32(1.0, psg.Param(np.ones(3), constraints.positive))
+    with pytest.raises(ValueError, match="site 'kernel_lengthscale'.*Use a scalar lengthscale"):
+        harmonic_regression(Rotation(4), ard, collapsed)
+    iso = psg.Matern32(1.0, psg.Param(1.0, constraints.positive))
+    gp, X, y = harmonic_regression(Rotation(4), iso, collapsed)
+    with pytest.raises(ValueError, match="Rotation.*not invariant under per-dimension lengthscales"):
+        svi_losses(gp, X, y, [np.ones(3)])
+    feature = HarmonicFeatures(Rotation(4), X3[:3])
+    with pytest.raises(ValueError, match="Product of 3 one-dimensional kernels"):  # isotropic at first, too
+        jax.jit(lambda ls: psg.Kuf(feature, psg.Product([psg.Matern32(1.0, ls)] * 3), X3))(1.0)
+    # a scalar lengthscale under the same group is accepted, and the loss stays finite when it moves
+    losses = svi_losses(gp, X, y, [1.0, 0.4])
+    assert np.all(np.isfinite(losses)) and losses[0] != losses[1]
+
+
+@pytest.mark.parametrize("collapsed", [False, True], ids=["SparseGP", "CollapsedGP"])
+def test_per_dimension_lengthscale_with_sign_flips_is_accepted_and_stays_finite(collapsed):
+    """Coordinate negations keep ARD kernels invariant for any lengthscales: accepted, and with the
+    lengthscales apart the loss is finite (and differs: they are used) and the value check passes."""
+    group = coordinate_negation(3, (0, 1))
+    ard = psg.Matern32(1.0, psg.Param(np.ones(3), constraints.positive))
+    apart = np.array([0.5, 1.0, 2.0])
+    losses = svi_losses(*harmonic_regression(group, ard, collapsed), [np.ones(3), apart])
+    assert np.all(np.isfinite(losses)) and losses[0] != losses[1]
+    check_invariance(group, psg.Matern32(1.0, apart), X3)
+
+
 def test_bad_inputs():
     with pytest.raises(ValueError, match="sub-kernels"):
         HarmonicFeatures(Negation() * Negation(np.array([1.0, 0, 0])), np.zeros((3, 2, 3)))
@@ -169,8 +270,9 @@ def test_bad_inputs():
         HarmonicFeatures(ImageFlip((3, 4), 0), X3[:2])
     with pytest.raises(ValueError, match="NaN"):
         HarmonicFeatures(Negation(), np.full((2, 3), np.nan))
+    params = {"likelihood_variance_map": 0.1, "f_v_loc": np.zeros(4), "f_v_scale_tril": np.eye(4)}
     with pytest.raises(ValueError, match="input dimensions"):
-        psg.SparseGP(HarmonicFeatures(Negation(), X3[:2]), KERNEL).elbo({}, np.zeros((4, 2)), np.zeros(4))
+        psg.SparseGP(HarmonicFeatures(Negation(), X3[:2]), KERNEL).elbo(params, np.zeros((4, 2)), np.zeros(4))
 
 
 def random_blocks(key, T, m, scale=0.5):

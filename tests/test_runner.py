@@ -106,3 +106,48 @@ def test_fit_pines_nuts_on_a_grid(tmp_path):
     np.testing.assert_allclose(idata.log_likelihood["y"].values[0, 2],
                                site["fn"].log_prob(site["value"]), rtol=1e-10)
     assert "kernel_0_lengthscale" in (out / "summary.txt").read_text()
+
+
+def user_error(argv, capsys):
+    """The one stderr line of a run that must stop with exit status 2 (no traceback)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--no-progress"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m inference: error: "), err
+    return lines[0]
+
+
+def test_missing_files_and_folders_are_one_line_errors(tmp_path, capsys):
+    """Issue 17 item 6: a missing --csv, data folder or an --out under a file printed a traceback."""
+    line = user_error(["fit", "airline", "--csv", str(tmp_path / "flights.csv")], capsys)
+    assert "No such file or directory" in line and "flights.csv" in line
+    line = user_error(["fit", "uci_vof", "--data-dir", str(tmp_path / "nowhere")], capsys)
+    assert "UCI data set 'yacht' not found under" in line and "set --data-dir" in line
+    (tmp_path / "a_file").write_text("")  # raised inside fit, after the model is built
+    line = user_error(["fit", "solar", "--steps", "1", "--num-inducing", "5",
+                       "--out", str(tmp_path / "a_file" / "run")], capsys)
+    assert "Not a directory" in line
+
+
+@pytest.mark.parametrize("flag, value", [("--num-features", "0"), ("--num-features", "-3"),
+                                         ("--batch-size", "0")])
+def test_non_positive_counts_are_errors_not_defaults(flag, value, capsys, tmp_path):
+    """Issue 17 item 5: `--num-features 0` silently ran with the default 15 (`x or 15`). Checked before
+    any data is read, so a missing data folder does not hide it."""
+    line = user_error(["fit", "uci_vof", flag, value, "--data-dir", str(tmp_path)], capsys)
+    assert line.endswith(f"{flag} must be a positive integer, got {value}")
+
+
+def test_bugs_keep_their_traceback(monkeypatch):
+    """Only user errors are shortened: any other exception propagates unchanged."""
+    from models import solar
+
+    def broken(args):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(solar, "build", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        main(["fit", "solar", "--no-progress"])

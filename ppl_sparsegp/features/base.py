@@ -30,6 +30,10 @@ class InducingFeature(Module):
     def __len__(self):
         return self.num_features
 
+    def check_kernel(self, kernel):
+        """Refuse a kernel (template or value) this family cannot use for every value its free
+        hyperparameters may take (from its structure, so also under jit). Families override."""
+
     def check_inputs(self, X, name: str = "X"):
         """Validate inputs for this feature (domain checks); returns X. Families override."""
         return X

@@ -28,8 +28,14 @@ S_t)`, KL summed over blocks, and the predictive
 :math:`\sigma^2(\mathbf x) = k(\mathbf x,\mathbf x) - \sum_t K_{t,fu}K_{t,uu}^{-1}K_{t,uf} + \sum_t
 A_t^\top S_t A_t`.
 
-The kernel must be invariant under the group; the Kuu registration checks this on a random probe whenever
-the kernel and Z are concrete (it is skipped under ``jit``) and raises ``ValueError`` otherwise.
+The kernel must be invariant under the group, and stay invariant while its hyperparameters are learnt or
+sampled. Kuu and Kuf check the kernel's *structure* on every call, under ``jit`` too (shapes are static): a
+kernel with one lengthscale per input dimension (a lengthscale of shape (D,), D > 1, or a sum or product
+of per-dimension kernels) is refused unless every way of the group only flips coordinate signs
+(:meth:`~ppl_sparsegp.groups.Group.coordinate_sign_flips`), since the sub-kernels stop being PSD, and
+every loss turns NaN, as soon as the lengthscales differ (:meth:`HarmonicFeatures.check_kernel`, which
+also takes kernel templates). Kuu also checks invariance at the kernel's values on a random probe whenever
+the kernel and Z are concrete. Both raise ``ValueError``.
 
 References:
     1. Sun, Shi, Wilson, Grosse (2021), Scalable variational Gaussian processes via harmonic kernel
@@ -37,21 +43,23 @@ References:
 """
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from numpyro.distributions import constraints
+from numpyro.distributions import Distribution, constraints
 
 from .._module import Param, is_concrete
 from ..groups import Group
-from ..kernels import Kernel, check_inputs
+from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
 from ..linalg import BlockDiag, Dense, StackedBlockDiag
 from .base import InducingFeature, Kuf, Kuu
 
-__all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "block_diagonal_covariance"]
+__all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters",
+           "block_diagonal_covariance"]
 
 
 def harmonic_gram(group: Group, kernel, X1, X2=None):
@@ -103,6 +111,43 @@ def _check_invariance(group, kernel, X, rtol):
                 f"= {err:.3g} (relative {err / float(scale):.3g}) on a random probe. The harmonic decomposition "
                 "needs a G-invariant kernel: for reflections or rotations off the coordinate axes use one "
                 "(isotropic) lengthscale; for longitude rotations use groups.SphereEmbedded")
+
+
+def _shape(value):
+    """The shape of a parameter value: an array, a tracer, a Param's initial value or a prior's draws."""
+    if isinstance(value, Param):
+        return tuple(np.shape(value.init))
+    if isinstance(value, Distribution):
+        return tuple(value.shape())
+    return tuple(np.shape(value))
+
+
+def per_dimension_parameters(kernel, prefix: str = "kernel_") -> list:
+    """``[(site, description)]`` for every part of a kernel (or kernel template) with one value per input
+    dimension: a stationary lengthscale of size > 1 (array, tracer, Param or Distribution; only shapes
+    are read, so it works under ``jit``) or a sum/product of per-dimension kernels. Site names follow
+    :func:`~ppl_sparsegp._module.instantiate` (``kernel_lengthscale``, ``kernel_base_lengthscale``)."""
+    found = []
+
+    def walk(k, pre):
+        if isinstance(k, (Additive, Product)):
+            if len(k.kernels) > 1:
+                found.append((pre.rstrip("_"), f"a {type(k).__name__} of {len(k.kernels)} one-dimensional "
+                                               "kernels (one lengthscale per input dimension)"))
+            for i, sub in enumerate(k.kernels):
+                walk(sub, f"{pre}{i}_")
+            return
+        if isinstance(k, Stationary):
+            shape = _shape(k.lengthscale)
+            if math.prod(shape) > 1:
+                found.append((f"{pre}lengthscale", f"lengthscale of shape {shape} (one per input dimension)"))
+        for name in getattr(k, "_params", ()):
+            value = getattr(k, name)
+            if isinstance(value, Kernel):
+                walk(value, f"{pre}{name}_")
+
+    walk(kernel, prefix)
+    return found
 
 
 class HarmonicFeatures(InducingFeature):
@@ -161,6 +206,27 @@ class HarmonicFeatures(InducingFeature):
             raise ValueError(f"{name} has {X.shape[1]} input dimensions, the inducing inputs have {D}")
         return X
 
+    def check_kernel(self, kernel):
+        """Raise ``ValueError`` when the group can lose its invariance while the kernel's hyperparameters
+        move: a kernel (or kernel template) with per-dimension lengthscales, and a group whose ways are not
+        all coordinate sign flips (:meth:`~ppl_sparsegp.groups.Group.coordinate_sign_flips`). Reads shapes
+        only, so it runs under ``jit`` and on templates (Params and Distributions). Returns the kernel."""
+        per_dim = per_dimension_parameters(kernel)
+        if not per_dim:
+            return kernel
+        D = self._Z().shape[-1]
+        if self.group.coordinate_sign_flips(D):
+            return kernel
+        bad = [w for w in self.group.ways if not w.coordinate_sign_flips(D)]
+        site, what = per_dim[0]
+        raise ValueError(
+            f"HarmonicFeatures: the kernel has a {what} (site {site!r}), but the group's way {bad[0]!r} is "
+            "not invariant under per-dimension lengthscales: the kernel is G-invariant only while the "
+            "lengthscales are equal, and once they are learnt or sampled apart the sub-kernels stop being "
+            "PSD and every loss is NaN. Use a scalar lengthscale (one isotropic kernel) with Rotation, "
+            "reflections off the coordinate axes, image flips/shifts or longitude rotations, or a group "
+            "that is invariant per dimension (groups.Negation(), groups.coordinate_negation)")
+
     def relative_jitter(self, dtype):
         if self.jitter is not None:
             return self.jitter
@@ -191,6 +257,7 @@ class HarmonicFeatures(InducingFeature):
 
 @Kuu.register(HarmonicFeatures, Kernel)
 def _kuu_harmonic(feature, kernel):
+    feature.check_kernel(kernel)  # structure (shapes): also under jit, where the value check is skipped
     Z = feature.Z
     if is_concrete(kernel) and is_concrete(Z):
         check_invariance(feature.group, kernel, Z)
@@ -201,6 +268,7 @@ def _kuu_harmonic(feature, kernel):
 
 @Kuf.register(HarmonicFeatures, Kernel)
 def _kuf_harmonic(feature, kernel, X):
+    feature.check_kernel(kernel)
     K = feature.orbit_gram(kernel, X)
     W = jnp.asarray(feature.group.weights(), dtype=K.dtype)
     if feature.Z.ndim == 2:  # [K_t,uf]_in = Σ_s W_ts k(G^s z_i, x_n) (notes §1 [1])
