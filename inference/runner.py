@@ -60,15 +60,25 @@ def _parser(model_name=None, model_module=None):
     return p
 
 
+def _planned_chains(args, module) -> int:
+    """The NUTS chains a fit will run, known before the model is built (so before JAX starts): the
+    flag, else the model module's ``DEFAULTS["nuts"]["chains"]``, else the runner's."""
+    if args.chains is not None:
+        return args.chains
+    declared = getattr(module, "DEFAULTS", {}).get("nuts", {})
+    return declared.get("chains", DEFAULTS["nuts"]["chains"])
+
+
 def _configure_jax(chains):
-    """float64 and as many host devices as parallel chains need; before any JAX computation."""
+    """float64 and one host device per chain, so that every chain runs in parallel (on 2 cores, 4
+    parallel chains were measured 1.3x faster than 4 chains one after another); before any JAX
+    computation."""
     import jax
     import numpyro
     from jax._src import xla_bridge
 
-    cpus = os.cpu_count() or 1
     if not xla_bridge.backends_are_initialized():
-        numpyro.set_host_device_count(max(1, min(chains or cpus, cpus)))
+        numpyro.set_host_device_count(max(1, chains))
     jax.config.update("jax_enable_x64", True)
 
 
@@ -121,7 +131,7 @@ def _fit_svi(spec, args, rng_key):
 
 def _fit_nuts(spec, args, rng_key):
     import jax
-    from numpyro.infer import MCMC, NUTS, init_to_median
+    from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
     from ppl_sparsegp import diagnostics
 
@@ -131,8 +141,10 @@ def _fit_nuts(spec, args, rng_key):
         print("note: NUTS uses all data; ignoring batch_size", file=sys.stderr)
         kwargs["batch_size"] = None
     parallel = jax.local_device_count() >= args.chains
+    # a model's own starting values (the other sites start uniformly in (−2, 2), NumPyro's fallback)
+    init = init_to_median(num_samples=15) if spec.init is None else init_to_value(values=spec.init)
     kernel = NUTS(gp.model, target_accept_prob=args.target_accept, max_tree_depth=args.max_tree_depth,
-                  dense_mass=bool(args.dense_mass), init_strategy=init_to_median(num_samples=15))
+                  dense_mass=bool(args.dense_mass), init_strategy=init)
     mcmc = MCMC(kernel, num_warmup=args.warmup, num_samples=args.samples, num_chains=args.chains,
                 chain_method="parallel" if parallel else "sequential", progress_bar=args.progress)
     key_fit, key_post = _split(rng_key)
@@ -229,6 +241,19 @@ def fit(spec, args):
     return {"out": out, "idata": idata, "summary": table, "metrics": metrics, "plots": plots}
 
 
+# what a user's input can cause (flags, data files, model settings the library refuses): one line on
+# stderr and exit status 2, as argparse does for bad flags; any other exception is a bug and keeps its
+# traceback
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _user_error(parser, error):
+    """Print ``<prog>: error: <message>`` on one line to stderr and exit with status 2."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv=None):
     """Entry point of ``python -m inference``; returns the models dict (list) or fit's result dict."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -246,7 +271,7 @@ def main(argv=None):
     if args.command == "list":
         return _list()
 
-    _configure_jax(args.chains)
+    _configure_jax(_planned_chains(args, module))
     try:
         spec = module.build(args)
         if args.method is None:
@@ -255,8 +280,9 @@ def main(argv=None):
             raise ValueError(f"model {spec.name!r} does not support --method {args.method}; "
                              f"supported: {', '.join(spec.methods)}")
         _resolve(args, spec)
-    except ValueError as e:
-        parser.error(str(e))
-    if args.out is None:
-        args.out = Path("runs") / f"{model_name}-{args.method}"
-    return fit(spec, args)
+        if args.out is None:
+            args.out = Path("runs") / f"{model_name}-{args.method}"
+        return fit(spec, args)
+    except USER_ERRORS as e:
+        _user_error(parser, e)
+
