@@ -31,6 +31,8 @@ class ModelSpec:
     :param var_names: hyperparameter sites to summarise (default: all sampled hyperparameters).
     :param plot: ``plot(spec, idata, path)`` writes a PNG (optional).
     :param evaluate: ``evaluate(spec, idata) -> dict`` of test metrics (optional).
+    :param init: optional starting values of NUTS for some sites (``init_to_value``; the other sites
+        start at the runner's default strategy), e.g. where the prior median is a bad start.
     :param extra: anything else a model wants to carry (scalers, grids).
     """
 
@@ -46,6 +48,7 @@ class ModelSpec:
     var_names: list | None = None
     plot: Callable | None = None
     evaluate: Callable | None = None
+    init: dict | None = None
     extra: dict = field(default_factory=dict)
 
 

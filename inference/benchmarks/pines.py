@@ -1,17 +1,31 @@
-"""Pines LGCP: NUTS on whitened VFF versus numpyro.contrib.hsgp, and the lengthscale posterior over M.
+"""Pines LGCP: whitened VFF against the exact GP and a Kronecker HSGP, in the same run.
 
-Two parts (``python -m inference.benchmarks.pines [--quick]``):
+``python -m inference.benchmarks.pines [--quick] [--exact] [--basis 39 59 79] [--cpu N]``
 
-1. **M sweep** (the paper's Figs. 10–11): the lengthscale posteriors for M frequencies per dimension;
-   too small an M biases them upward, and the default M is chosen where they stop moving.
-2. **Reference comparison** at ``--reference-frequencies`` (default 20): the same LGCP (priors,
-   64 × 64 grid, Poisson counts) with
-   ``numpyro.contrib.hsgp``'s Hilbert-space basis (m = 2M − 1 eigenfunctions per dimension, so the same
-   number of basis functions, box half-width 1.5 ≈ VFF's [−1, 2]) driven by the product kernel's spectral
-   density. Reported: min bulk/tail ESS per second over the hyperparameters, max R-hat, divergences,
-   wall time (same run, so the ratio is meaningful on a shared machine).
+Every model is the LGCP of ``models/pines.py`` (64 × 64 grid on [0, 1]², Poisson counts, product
+Matérn-3/2 kernel with the paper-code priors: ℓ_d ~ Gamma(0.1, 1), σ₀² ~ Gamma(1, 1), σ₁² = 1,
+c ~ N(0, 3)); only the prior on f differs:
 
-Writes ``inference/benchmarks/results/pines.json``.
+* **exact**: the GP itself on the grid cells, whitened, f = L₀ V L₁ᵀ with the Cholesky factors of the
+  two 64 × 64 Gram matrices (jitter 1e-6) and V ~ N(0, I). It is sampled until every hyperparameter has
+  bulk ESS ≥ 400 and R-hat ≤ 1.01 (chains are extended in rounds), stored once in the results JSON
+  (``exact``) and re-used; ``--exact`` re-runs it.
+* **HSGP**: ``numpyro.contrib.hsgp``'s Laplacian eigenfunctions and ``diag_spectral_density_matern`` per
+  axis, f = Φ₀ (s₀ s₁ᵀ ∘ W) Φ₁ᵀ with W ~ N(0, I) (m × m): the Kronecker construction a NumPyro user
+  writes from those pieces; L = c·S with S = 0.5 the data half-range and Riutort-Mayol et al.'s (2023)
+  rule c = max(1.2, 4.5 ℓ/S) at the smallest lengthscale of interest (c = 1.2 here).
+* **VFF**: ``models/pines.py``'s ``SparseGP`` (whitened Kronecker Fourier features) on the box of
+  :meth:`FourierFeatures.from_data`'s rule (3 ℓ_min beyond the data) with the projected process
+  (``residual="none"``, the main job's choice) and with the expected log-likelihood over p(f | u)
+  (``residual="expected"``, the variational MCMC of Hensman et al. 2015), and on the old box [−1, 2].
+
+At each basis count per axis (``--basis``; VFF has 2M − 1 per axis) every row reports: NUTS (2 chains ×
+(500 warm-up + 500 draws) by default, one process, chains one after another) min bulk ESS per second of
+wall time including compilation, the compile time of one gradient and the ms per gradient (a jitted
+value-and-gradient of the potential, timed apart from compilation), leapfrog steps per draw, R-hat, the
+posterior means, and for every hyperparameter the distance to the exact posterior, |mean − exact mean| /
+exact sd, and the sd ratio. Writes ``inference/benchmarks/results/pines.json`` and ``pines.png`` (distance
+and ESS/s against the basis count).
 """
 from __future__ import annotations
 
@@ -23,156 +37,312 @@ import time
 from pathlib import Path
 
 HYPER = ["kernel_0_variance", "kernel_0_lengthscale", "kernel_1_lengthscale", "mean"]
+SHORT = {"kernel_0_variance": "σ₀²", "kernel_0_lengthscale": "ℓ₀", "kernel_1_lengthscale": "ℓ₁",
+         "mean": "c"}
+RESULTS = Path(__file__).parent / "results" / "pines.json"
+HSGP_C = 1.2  # Riutort-Mayol et al. (2023): c = max(1.2, 4.5 ℓ/S) for Matérn-3/2; 1.2 for ℓ ≤ 0.13
+# every chain of every model starts the hyperparameters at models/pines.py's INIT (the latent sites
+# uniformly in (−2, 2)): from init_to_median (ℓ ≈ 6e-4, far below a cell) a chain of the exact model
+# never moved (measured: 0 accepted moves in 2500 iterations)
 
 
-def hsgp_model(X, y, m, ell):
-    """The pines LGCP with an HSGP basis (numpyro.contrib.hsgp) instead of VFF."""
-    import jax.numpy as jnp
+def _priors():
     import numpyro
     import numpyro.distributions as dist
-    from numpyro.contrib.hsgp.approximation import linear_approximation
-    from numpyro.contrib.hsgp.laplacian import eigenfunctions, sqrt_eigenvalues
-
-    from ppl_sparsegp import Matern32, Product
 
     v0 = numpyro.sample("kernel_0_variance", dist.Gamma(1.0, 1.0))
     l0 = numpyro.sample("kernel_0_lengthscale", dist.Gamma(0.1, 1.0))
     l1 = numpyro.sample("kernel_1_lengthscale", dist.Gamma(0.1, 1.0))
     c = numpyro.sample("mean", dist.Normal(0.0, math.sqrt(3.0)))
-    kernel = Product([Matern32(v0, l0), Matern32(1.0, l1)])
-    phi = eigenfunctions(X - 0.5, ell=[ell, ell], m=[m, m])
-    omega = sqrt_eigenvalues(ell=[ell, ell], m=[m, m], dim=2).T  # (m², 2)
-    spd = jnp.sqrt(kernel.spectral_density(omega))
-    f = linear_approximation(phi, spd, m=m * m, non_centered=True)
+    return v0, l0, l1, c
+
+
+def exact_model(axes, y, jitter=1e-6):
+    """The exact LGCP on the grid, whitened: f = L₀ V L₁ᵀ, V ~ N(0, I)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import Matern32
+
+    v0, l0, l1, c = _priors()
+    Ls = [jnp.linalg.cholesky(k(a[:, None]) + jitter * jnp.eye(a.shape[0]))
+          for k, a in zip((Matern32(v0, l0), Matern32(1.0, l1)), axes)]
+    V = numpyro.sample("f_v", dist.Normal(0.0, 1.0).expand([a.shape[0] for a in axes]).to_event(2))
+    f = (Ls[0] @ V @ Ls[1].T).reshape(-1)
     numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
 
 
-def run_nuts(model, args_, chains, warmup, samples, seed=0):
+def hsgp_model(axes, y, m, ell):
+    """The LGCP with a Kronecker HSGP built from ``numpyro.contrib.hsgp`` pieces (m per axis, box ±ell
+    around the centre 0.5)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.contrib.hsgp.laplacian import eigenfunctions
+    from numpyro.contrib.hsgp.spectral_densities import diag_spectral_density_matern
+
+    v0, l0, l1, c = _priors()
+    phis = [eigenfunctions(a - 0.5, ell=ell, m=m) * jnp.sqrt(
+        diag_spectral_density_matern(1.5, v, ls, ell, m, 1)) for a, v, ls in zip(axes, (v0, 1.0), (l0, l1))]
+    W = numpyro.sample("f_w", dist.Normal(0.0, 1.0).expand([m, m]).to_event(2))
+    f = (phis[0] @ W @ phis[1].T).reshape(-1)
+    numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
+
+
+def gradient_cost(model, args, repeats=200):
+    """(compile s, ms per gradient) of the jitted value-and-gradient of the model's potential."""
     import jax
+    from numpyro.infer.util import initialize_model
+
+    info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
+    grad = jax.jit(jax.value_and_grad(info.potential_fn))
+    z = info.param_info.z
+    t0 = time.perf_counter()
+    jax.block_until_ready(grad(z))
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        out = grad(z)
+    jax.block_until_ready(out)
+    return compile_s, 1e3 * (time.perf_counter() - t0) / repeats
+
+
+def _posterior_stats(draws: dict) -> dict:
+    """mean, sd, bulk/tail ESS and split R-hat of each hyperparameter from (chains, draws) arrays."""
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-    from numpyro.infer import MCMC, NUTS, init_to_median
 
-    parallel = jax.local_device_count() >= chains
-    mcmc = MCMC(NUTS(model, target_accept_prob=0.9, init_strategy=init_to_median(num_samples=15)),
-                num_warmup=warmup, num_samples=samples, num_chains=chains,
-                chain_method="parallel" if parallel else "sequential", progress_bar=False)
-    t0 = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(seed), *args_, extra_fields=("diverging", "num_steps"))
-    s = mcmc.get_samples(group_by_chain=True)
-    jax.block_until_ready(s)
-    wall = time.perf_counter() - t0
-    out = {"wall_s": wall, "divergences": int(mcmc.get_extra_fields()["diverging"].sum()),
-           "mean_leapfrog": float(np.mean(mcmc.get_extra_fields()["num_steps"]))}
-    bulk, tail, rhat = [], [], []
+    out = {}
     for k in HYPER:
-        x = np.asarray(s[k])
-        bulk.append(float(effective_sample_size(x)))
-        # tail ESS: ESS of the 5% and 95% quantile indicators (Vehtari et al. 2021)
+        x = np.asarray(draws[k])
         q5, q95 = np.quantile(x, [0.05, 0.95])
-        tail.append(float(min(effective_sample_size((x <= q5).astype(float)),
-                              effective_sample_size((x <= q95).astype(float)))))
-        rhat.append(float(split_gelman_rubin(x)) if chains > 1 else float("nan"))
-        out[k] = {"mean": float(x.mean()), "sd": float(x.std())}
-    out.update(min_bulk_ess=min(bulk), min_tail_ess=min(tail), max_rhat=max(rhat),
-               min_bulk_ess_per_s=min(bulk) / wall, min_tail_ess_per_s=min(tail) / wall)
+        tail = min(effective_sample_size((x <= q5).astype(float)), effective_sample_size((x <= q95).astype(float)))
+        out[k] = {"mean": float(x.mean()), "sd": float(x.std()), "bulk_ess": float(effective_sample_size(x)),
+                  "tail_ess": float(tail), "rhat": float(split_gelman_rubin(x)) if x.shape[0] > 1 else float("nan")}
     return out
 
 
-def plot_sweep(sweep: dict, path):
-    """Posterior mean ± sd of both lengthscales against M (the paper's Fig. 11)."""
+def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False):
+    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``), chains one after another (or in parallel
+    on as many host devices). With
+    ``target_ess`` the chains are extended by ``samples`` draws per round (from the adapted state) until
+    every hyperparameter has bulk ESS ≥ target_ess and R-hat ≤ 1.01, at most ``max_rounds`` rounds."""
+    import jax
+    import numpy as np
+    from numpyro.infer import MCMC, NUTS, init_to_value
+
+    from models.pines import INIT
+
+    mcmc = MCMC(NUTS(model, target_accept_prob=0.9, init_strategy=init_to_value(values=INIT)),
+                num_warmup=warmup, num_samples=samples, num_chains=chains,
+                chain_method="parallel" if parallel else "sequential", progress_bar=False)
+    draws, steps, divergences = {k: [] for k in HYPER}, [], 0
+    t0 = time.perf_counter()
+    key = jax.random.PRNGKey(seed)
+    for round_ in range(max_rounds):
+        if round_:
+            mcmc.post_warmup_state = mcmc.last_state
+            key = mcmc.post_warmup_state.rng_key
+        mcmc.run(key, *args, extra_fields=("diverging", "num_steps"))
+        s = mcmc.get_samples(group_by_chain=True)
+        jax.block_until_ready(s)
+        for k in HYPER:
+            draws[k].append(np.asarray(s[k]))
+        extra = mcmc.get_extra_fields()
+        steps.append(np.asarray(extra["num_steps"]))
+        divergences += int(np.sum(extra["diverging"]))
+        stats = _posterior_stats({k: np.concatenate(v, axis=1) for k, v in draws.items()})
+        if target_ess is None or all(v["bulk_ess"] >= target_ess and v["rhat"] <= 1.01 for v in stats.values()):
+            break
+    wall = time.perf_counter() - t0
+    bulk = min(v["bulk_ess"] for v in stats.values())
+    return {"wall_s": wall, "divergences": divergences, "leapfrog_per_draw": float(np.mean(np.concatenate(steps))),
+            "draws_per_chain": int(sum(d.shape[1] for d in draws[HYPER[0]])), "chains": chains, "warmup": warmup,
+            "min_bulk_ess": bulk, "min_bulk_ess_per_s": bulk / wall,
+            "max_rhat": max(v["rhat"] for v in stats.values()), "posterior": stats}
+
+
+def distance(row: dict, exact: dict) -> dict:
+    """Per hyperparameter: |mean − exact mean| / exact sd and sd / exact sd."""
+    out = {}
+    for k in HYPER:
+        e, r = exact["posterior"][k], row["posterior"][k]
+        out[k] = {"sd_distance": abs(r["mean"] - e["mean"]) / e["sd"], "sd_ratio": r["sd"] / e["sd"]}
+    return out
+
+
+def configurations(basis: list, ell_min: float):
+    """(name, kind, per-axis size, box, residual) rows: the main job, then per basis count HSGP and VFF
+    (rule box with the projected process and with the expected log-likelihood, and the old [−1, 2])."""
+    from models import pines
+    from ppl_sparsegp.features import FourierFeatures
+
+    d = pines.default_feature()
+    rows = [(f"VFF main job: M={d.num_frequencies}, box [{d.a:.2f}, {d.b:.2f}], {pines.RESIDUAL} (models/pines.py)",
+             "vff", d.num_frequencies, (d.a, d.b), pines.RESIDUAL)]
+    rule = FourierFeatures.from_data([1 / 128, 127 / 128], ell_min)  # the box; M from the basis count
+    for n in basis:
+        M = (n + 1) // 2
+        rows.append((f"HSGP m={n}", "hsgp", n, HSGP_C * 0.5, None))
+        for box, residual in (((rule.a, rule.b), "none"), ((rule.a, rule.b), "expected"), ((-1.0, 2.0), "expected")):
+            rows.append((f"VFF M={M}, box [{box[0]:.2f}, {box[1]:.2f}], {residual}", "vff", M, box, residual))
+    return rows
+
+
+def build_model(kind, size, box, spec, residual=None):
+    """(model, args) for one configuration on the pines data of ``spec``."""
+    from models import pines
+    from ppl_sparsegp.features import FourierFeatures
+
+    axes = spec.X.axes
+    if kind == "exact":
+        return exact_model, (axes, spec.y)
+    if kind == "hsgp":
+        return (lambda a, y: hsgp_model(a, y, size, box)), (axes, spec.y)
+    gp = pines.make_gp(feature=FourierFeatures(box[0], box[1], size), residual=residual)
+    return gp.model, (spec.X, spec.y)
+
+
+def plot(results: dict, path):
+    """Distance to the exact posterior and min bulk ESS/s against the basis count, per method."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    Ms = sorted(sweep, key=int)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for k, label in (("kernel_0_lengthscale", "ℓ₀"), ("kernel_1_lengthscale", "ℓ₁")):
-        mean = [sweep[m][k]["mean"] for m in Ms]
-        sd = [sweep[m][k]["sd"] for m in Ms]
-        ax.errorbar([int(m) for m in Ms], mean, yerr=sd, marker="o", capsize=3, label=label)
-    ax.set_xlabel("frequencies per dimension M")
-    ax.set_ylabel("posterior lengthscale (mean ± sd)")
-    ax.set_title("pines LGCP: lengthscale posterior against M")
-    ax.legend()
+    groups: dict = {}
+    for name, r in results["rows"].items():
+        if "main job" in name:
+            continue
+        label = ("HSGP (Kronecker, numpyro.contrib.hsgp)" if r["kind"] == "hsgp" else
+                 f"VFF {r['residual']}, box [{r['box'][0]:.2f}, {r['box'][1]:.2f}]")
+        groups.setdefault(label, []).append((_basis(r), max(v["sd_distance"] for v in r["distance"].values()),
+                                             r["min_bulk_ess_per_s"]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for label, pts in sorted(groups.items()):
+        pts.sort()
+        for ax, i in zip(axes, (1, 2)):
+            ax.plot([p[0] for p in pts], [p[i] for p in pts], marker="o", label=label)
+    axes[0].axhline(0.3, color="grey", ls="--", lw=1)
+    axes[0].set_ylabel("max |mean − exact mean| / exact sd")
+    axes[1].set_ylabel("min bulk ESS per second (1 core)")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("basis functions per axis")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("pines LGCP: distance to the exact GP posterior and sampling speed")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def _basis(row):
+    """Basis functions per axis of a stored row."""
+    return row["size"] if row["kind"] == "hsgp" else 2 * row["size"] - 1
+
+
+def _exact_line(exact):
+    return (f"exact reference: {exact['chains']} chains x {exact['draws_per_chain']} draws, min bulk ESS "
+            f"{exact['min_bulk_ess']:.0f}, max R-hat {exact['max_rhat']:.3f}, {exact['wall_s']:.0f} s; "
+            + ", ".join(f"{SHORT[k]} {v['mean']:.3f} ± {v['sd']:.3f}" for k, v in exact["posterior"].items()))
+
+
+def _fmt_row(name, n, r):
+    post = r["posterior"]
+    cells = [f"{post[k]['mean']:.3f}" for k in ("kernel_0_lengthscale", "kernel_1_lengthscale",
+                                                "kernel_0_variance", "mean")]
+    dist_ = r.get("distance")
+    d = (f"{max(v['sd_distance'] for v in dist_.values()):.2f} ("
+         + ", ".join(f"{SHORT[k]} {v['sd_distance']:.2f}" for k, v in dist_.items()) + ")") if dist_ else "—"
+    ratio = (", ".join(f"{v['sd_ratio']:.2f}" for v in dist_.values())) if dist_ else "—"
+    return (f"| {name} | {n} | {r['min_bulk_ess_per_s']:.2f} | {r['compile_s']:.1f} | {r['ms_per_gradient']:.3f} | "
+            f"{r['leapfrog_per_draw']:.0f} | {r['max_rhat']:.3f} | {r['divergences']} | " + " | ".join(cells)
+            + f" | {d} | {ratio} |")
+
+
+HEADER = ("| model | basis/axis | min bulk ESS/s (wall incl. compile) | compile s | ms/gradient | leapfrog/draw "
+          "| max R-hat | div | ℓ₀ | ℓ₁ | σ₀² | c | max distance (sd of exact) | sd ratio (σ₀², ℓ₀, ℓ₁, c) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="short chains, fewer M (smoke run)")
-    p.add_argument("--sweep", type=int, nargs="*", default=None, help="frequencies per dimension to sweep")
-    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--quick", action="store_true", help="smoke run: short chains, one basis count, no exact re-run")
+    p.add_argument("--exact", action="store_true",
+                   help="only (re-)compute the exact reference, 4 chains in parallel on every core, and store it")
+    p.add_argument("--basis", type=int, nargs="*", default=None,
+                   help="basis functions per axis (odd; default 39 59 79; none: only the main job's row)")
+    p.add_argument("--ell-min", type=float, default=0.03,
+                   help="smallest lengthscale of interest for the VFF box rule (default %(default)s)")
+    p.add_argument("--chains", type=int, default=2)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--samples", type=int, default=None)
-    p.add_argument("--skip-sweep", action="store_true")
-    p.add_argument("--skip-reference", action="store_true")
-    p.add_argument("--reference-frequencies", type=int, default=20,
-                   help="M per dimension of the VFF-vs-HSGP comparison (default %(default)s: HSGP's dense "
-                        "basis makes the model's default M = 64 take hours)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", type=int, default=None, help="pin the process to this core")
+    p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     import numpyro
-    numpyro.set_host_device_count(min(args.chains, os.cpu_count() or 1))
+    numpyro.set_host_device_count(4)  # the exact reference's parallel chains (rows run one chain at a time)
+
     import jax
     jax.config.update("jax_enable_x64", True)
     from types import SimpleNamespace
 
     from models import pines
 
-    warmup = args.warmup or (150 if args.quick else 1000)
-    samples = args.samples or (150 if args.quick else 1000)
-    sweep = args.sweep or ([6, 12] if args.quick else [8, 12, 16, 20, 24, 28])
-    out = Path(__file__).parent / "results" / "pines.json"
-    # a part that is skipped keeps its stored results (the sweep and the reference may run separately);
-    # an explicit --sweep adds its M to the stored sweep
-    stored = json.loads(out.read_text()) if out.is_file() else {}
-    results = {"load_average": os.getloadavg(), "devices": jax.local_device_count(),
-               "sweep": dict(stored.get("sweep", {})) if args.sweep or args.skip_sweep else {},
-               "comparison": {} if not args.skip_reference else stored.get("comparison", {}),
-               "settings": {**stored.get("settings", {}),
-                            **({"sweep": {"chains": 1, "warmup": warmup // 2, "samples": samples // 2}}
-                               if not args.skip_sweep else {}),
-                            **({"reference": {"chains": args.chains, "warmup": warmup, "samples": samples,
-                                               "frequencies": args.reference_frequencies}}
-                               if not args.skip_reference else {})}}
+    warmup = args.warmup or (100 if args.quick else 500)
+    samples = args.samples or (100 if args.quick else 500)
+    basis = args.basis if args.basis is not None else ([39] if args.quick else [39, 59, 79])
+    spec = pines.build(SimpleNamespace(grid=64))
+    stored = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    results = {"load_average": os.getloadavg(), "cores": sorted(os.sched_getaffinity(0)),
+               "settings": {"chains": args.chains, "warmup": warmup, "samples": samples, "ell_min": args.ell_min,
+                            "hsgp_c": HSGP_C}, "exact": stored.get("exact"),
+               "rows": dict(stored.get("rows", {}))}  # rows not re-run keep their stored results
 
-    if not args.skip_sweep:
-        print("| M | features/dim | ℓ₀ mean ± sd | ℓ₁ mean ± sd | c mean | wall s |")
-        print("|---|---|---|---|---|---|")
-        for M in sweep:
-            spec = pines.build(SimpleNamespace(num_frequencies=M, grid=64))
-            r = run_nuts(spec.gp.model, (spec.X, spec.y), 1, warmup // 2, samples // 2)
-            results["sweep"][str(M)] = r
-            print(f"| {M} | {2 * M - 1} | {r['kernel_0_lengthscale']['mean']:.3f} ± "
-                  f"{r['kernel_0_lengthscale']['sd']:.3f} | {r['kernel_1_lengthscale']['mean']:.3f} ± "
-                  f"{r['kernel_1_lengthscale']['sd']:.3f} | {r['mean']['mean']:.2f} | {r['wall_s']:.0f} |",
-                  flush=True)
-
-    if not args.skip_reference:
-        M = args.reference_frequencies
-        spec = pines.build(SimpleNamespace(num_frequencies=M, grid=64))
-        runs = {"VFF (whitened, Kronecker)": (spec.gp.model, (spec.X, spec.y)),
-                "numpyro.contrib.hsgp": (lambda X, y: hsgp_model(X, y, 2 * M - 1, 1.5),
-                                         (spec.X.points(), spec.y))}
-        print(f"\nM = {M} frequencies per dimension ({(2 * M - 1) ** 2} basis functions), "
-              f"{args.chains} chains x ({warmup} warm-up + {samples} draws)")
-        print("| model | wall s | min bulk ESS/s | min tail ESS/s | max R-hat | divergences | leapfrog/draw |")
-        print("|---|---|---|---|---|---|---|")
-        for name, (model, a) in runs.items():
-            r = run_nuts(model, a, args.chains, warmup, samples)
-            results["comparison"][name] = r
-            print(f"| {name} | {r['wall_s']:.0f} | {r['min_bulk_ess_per_s']:.2f} | "
-                  f"{r['min_tail_ess_per_s']:.2f} | {r['max_rhat']:.3f} | {r['divergences']} | "
-                  f"{r['mean_leapfrog']:.0f} |", flush=True)
-    out.parent.mkdir(exist_ok=True)
-    if results["sweep"]:
-        plot_sweep(results["sweep"], out.with_name("pines_sweep.png"))
-    out.write_text(json.dumps(results, indent=2, default=float))
-    print(f"wrote {out}")
+    if args.exact:
+        print("exact reference: 4 parallel chains x (1000 warm-up + rounds of 1000 draws) until every bulk "
+              "ESS >= 400 and R-hat <= 1.01", flush=True)
+        model, a = build_model("exact", 64, None, spec)
+        r = run_nuts(model, a, chains=4, warmup=1000, samples=1000, seed=args.seed, target_ess=400, max_rounds=5,
+                     parallel=True)
+        r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
+        r["cores"] = results["cores"]
+        stored["exact"] = r
+        args.out.parent.mkdir(exist_ok=True)
+        args.out.write_text(json.dumps(stored, indent=2, default=float))
+        print(_exact_line(r) + f"\nwrote {args.out}")
+        return stored
+    exact = results["exact"]
+    if exact is None:
+        raise SystemExit(f"no exact reference in {args.out}: run `python -m inference.benchmarks.pines --exact` first")
+    print(_exact_line(exact))
+    print(f"\n{args.chains} chains x ({warmup} warm-up + {samples} draws), one process, cores "
+          f"{results['cores']}\n")
+    print(HEADER)
+    print(_fmt_row("exact GP, whitened Kronecker Cholesky (reference run: 4 chains in parallel on 2 cores)",
+                   64, exact), flush=True)
+    for name, kind, size, box, residual in configurations(basis, args.ell_min):
+        model, a = build_model(kind, size, box, spec, residual)
+        r = run_nuts(model, a, chains=args.chains, warmup=warmup, samples=samples, seed=args.seed)
+        r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
+        r["distance"] = distance(r, exact)
+        r.update(kind=kind, size=size, box=box, residual=residual)
+        results["rows"][name] = r
+        print(_fmt_row(name, size if kind == "hsgp" else 2 * size - 1, r), flush=True)
+    if len(results["rows"]) > len(configurations(basis, args.ell_min)):
+        print("\nall stored rows (this run's and earlier runs' at the same settings):\n\n" + HEADER)
+        print(_fmt_row("exact GP (reference run)", 64, exact))
+        for name, r in sorted(results["rows"].items(), key=lambda kv: (_basis(kv[1]), kv[0])):
+            print(_fmt_row(name, _basis(r), r))
+    if not args.quick:
+        args.out.parent.mkdir(exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, default=float))
+        plot(results, args.out.with_suffix(".png"))
+        print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
     return results
 
 

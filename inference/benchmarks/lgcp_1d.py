@@ -1,0 +1,218 @@
+"""1-D Cox process in a user-written model: ``spectral_gp`` (VFF) against ``numpyro.contrib.hsgp`` and the
+exact GP, in the same run.
+
+``python -m inference.benchmarks.lgcp_1d [--quick] [--basis 31 61] [--cpu N]``
+
+A count series of ``--bins`` (200) bins on [0, 1] is simulated once (fixed seed) from a Matérn-3/2 GP
+(ℓ = 0.08, σ² = 1) with log-mean 1.5. Each model is written as a NumPyro user would write it, with the
+same priors (ℓ ~ InverseGamma(3, 0.2), σ² ~ LogNormal(0, 1), c ~ N(1.5, 1)) and a Poisson likelihood on
+exp(f + c):
+
+* **exact**: f = L v, L the Cholesky factor of the N × N Gram matrix (the reference);
+* **HSGP**: ``numpyro.contrib.hsgp.approximation.hsgp_matern`` with m basis functions and L = c·S,
+  c = max(1.2, 4.5 ℓ_min/S) (Riutort-Mayol et al. 2023) at ℓ_min = 0.03;
+* **VFF**: ``spectral_gp("f", FourierFeatures(a, b, M), Matern32(σ², ℓ), x)`` with 2M − 1 = m, the box of
+  :meth:`FourierFeatures.from_data` at ℓ_min (3 ℓ_min beyond the data); ``VFF square`` whitens through
+  the square Cholesky factor of Kuu instead of VFF's R = [D^½, B] (M × (M + 2)), to measure what the
+  two extra directions cost NUTS.
+
+Per row: min bulk ESS per CPU-second (process time, compilation included; one process on one core),
+ms per gradient (timed apart from compilation), leapfrog steps per draw, R-hat, the hyperparameters'
+distance to the exact posterior (|mean − exact mean| / exact sd), and the posterior intensity curve's
+largest distance to the exact one, max over bins of |E λ − E_exact λ| / sd_exact(λ). Writes
+``inference/benchmarks/results/lgcp_1d.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+HYPER = ["ell", "var", "c"]
+ELL_MIN = 0.03
+RESULTS = Path(__file__).parent / "results" / "lgcp_1d.json"
+
+
+def simulate(bins=200, seed=0):
+    """(x (N,), counts (N,)) of the fixed test series."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = (np.arange(bins) + 0.5) / bins
+    r = np.abs(x[:, None] - x[None, :]) * math.sqrt(3.0) / 0.08
+    K = (1 + r) * np.exp(-r)
+    f = np.linalg.cholesky(K + 1e-8 * np.eye(bins)) @ rng.standard_normal(bins)
+    return x, rng.poisson(np.exp(f + 1.5)).astype(float)
+
+
+def _priors():
+    import numpyro
+    import numpyro.distributions as dist
+
+    ell = numpyro.sample("ell", dist.InverseGamma(3.0, 0.2))
+    var = numpyro.sample("var", dist.LogNormal(0.0, 1.0))
+    c = numpyro.sample("c", dist.Normal(1.5, 1.0))
+    return ell, var, c
+
+
+def exact_model(x, y):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import Matern32
+
+    ell, var, c = _priors()
+    L = jnp.linalg.cholesky(Matern32(var, ell)(x[:, None]) + 1e-6 * jnp.eye(x.shape[0]))
+    f = numpyro.deterministic("f", L @ numpyro.sample("v", dist.Normal(0.0, 1.0).expand([x.shape[0]]).to_event(1)))
+    numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
+
+
+def hsgp_model(x, y, m, L):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.contrib.hsgp.approximation import hsgp_matern
+
+    ell, var, c = _priors()
+    f = numpyro.deterministic("f", hsgp_matern(x[:, None] - 0.5, nu=1.5, alpha=var, length=ell, ell=L, m=m))
+    numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
+
+
+def vff_model(x, y, feature):
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import Matern32, spectral_gp
+
+    ell, var, c = _priors()
+    f = numpyro.deterministic("f", spectral_gp("f", feature, Matern32(var, ell), x[:, None]))
+    numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
+
+
+def vff_square_model(x, y, feature):
+    """VFF whitened through the square Cholesky factor of Kuu (for the leapfrog comparison)."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from jax.scipy.linalg import cho_solve
+
+    from ppl_sparsegp import Kuf, Kuu, Matern32
+
+    ell, var, c = _priors()
+    k = Matern32(var, ell)
+    Kmm = Kuu(feature, k).to_dense()
+    L = jnp.linalg.cholesky(Kmm)
+    v = numpyro.sample("f_v", dist.Normal(0.0, 1.0).expand([feature.num_features]).to_event(1))
+    f = numpyro.deterministic("f", Kuf(feature, k, x[:, None]).T @ cho_solve((L, True), L @ v))
+    numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
+
+
+def run(model, args, *, chains, warmup, samples, seed=0):
+    """NUTS, chains one after another; CPU seconds include compilation."""
+    import jax
+    import numpy as np
+    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    from inference.benchmarks.pines import gradient_cost
+
+    mcmc = MCMC(NUTS(model, target_accept_prob=0.9, init_strategy=init_to_median(num_samples=15)),
+                num_warmup=warmup, num_samples=samples, num_chains=chains, chain_method="sequential",
+                progress_bar=False)
+    c0, t0 = time.process_time(), time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=("num_steps", "diverging"))
+    s = mcmc.get_samples(group_by_chain=True)
+    jax.block_until_ready(s)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    post = {}
+    for k in HYPER:
+        x = np.asarray(s[k])
+        post[k] = {"mean": float(x.mean()), "sd": float(x.std()), "bulk_ess": float(effective_sample_size(x)),
+                   "rhat": float(split_gelman_rubin(x))}
+    lam = np.exp(np.asarray(s["f"]) + np.asarray(s["c"])[..., None]).reshape(-1, np.shape(s["f"])[-1])
+    extra = mcmc.get_extra_fields()
+    bulk = min(v["bulk_ess"] for v in post.values())
+    compile_s, ms = gradient_cost(model, args)
+    return {"cpu_s": cpu, "wall_s": wall, "min_bulk_ess": bulk, "min_bulk_ess_per_cpu_s": bulk / cpu,
+            "max_rhat": max(v["rhat"] for v in post.values()), "divergences": int(np.sum(extra["diverging"])),
+            "leapfrog_per_draw": float(np.mean(extra["num_steps"])), "compile_s": compile_s,
+            "ms_per_gradient": ms, "posterior": post,
+            "intensity_mean": lam.mean(0).tolist(), "intensity_sd": lam.std(0).tolist()}
+
+
+def compare(row, exact):
+    import numpy as np
+
+    d = {k: abs(row["posterior"][k]["mean"] - exact["posterior"][k]["mean"]) / exact["posterior"][k]["sd"]
+         for k in HYPER}
+    curve = np.abs(np.subtract(row["intensity_mean"], exact["intensity_mean"])) / np.asarray(exact["intensity_sd"])
+    return {"sd_distance": d, "max_sd_distance": max(d.values()), "intensity_max_sd_distance": float(curve.max())}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: short chains, one basis count")
+    p.add_argument("--basis", type=int, nargs="*", default=None, help="basis functions (odd)")
+    p.add_argument("--bins", type=int, default=200)
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--samples", type=int, default=None)
+    p.add_argument("--cpu", type=int, default=None, help="pin the process to this core")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    from ppl_sparsegp.features import FourierFeatures
+
+    warmup = args.warmup or (200 if args.quick else 500)
+    samples = args.samples or (200 if args.quick else 1000)
+    basis = args.basis or ([31] if args.quick else [31, 61])
+    x, y = simulate(args.bins)
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    S = 0.5 * (x.max() - x.min())
+    L = max(1.2, 4.5 * ELL_MIN / float(S)) * float(S)
+    box = FourierFeatures.from_data(x, ELL_MIN)
+    kw = dict(chains=args.chains, warmup=warmup, samples=samples)
+    results = {"settings": {**kw, "bins": args.bins, "ell_min": ELL_MIN, "hsgp_L": L, "box": [box.a, box.b]},
+               "cores": sorted(os.sched_getaffinity(0)), "rows": {}}
+    exact = results["rows"]["exact"] = run(exact_model, (x, y), **kw)
+    print(f"{args.chains} chains x ({warmup} + {samples}), {args.bins} bins, one process, cores {results['cores']}")
+    print("| model | basis | min bulk ESS / CPU s | CPU s | compile s | ms/gradient | leapfrog/draw | max R-hat "
+          "| ℓ | σ² | c | max distance (sd) | intensity max distance (sd) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def show(name, n, r):
+        post = r["posterior"]
+        cmp_ = compare(r, exact)
+        r.update(cmp_)
+        print(f"| {name} | {n} | {r['min_bulk_ess_per_cpu_s']:.1f} | {r['cpu_s']:.0f} | {r['compile_s']:.1f} | "
+              f"{r['ms_per_gradient']:.3f} | {r['leapfrog_per_draw']:.0f} | {r['max_rhat']:.3f} | "
+              + " | ".join(f"{post[k]['mean']:.3f}" for k in HYPER)
+              + f" | {cmp_['max_sd_distance']:.2f} | {cmp_['intensity_max_sd_distance']:.2f} |", flush=True)
+
+    show("exact", args.bins, exact)
+    for n in basis:
+        M = (n + 1) // 2
+        feature = FourierFeatures(box.a, box.b, M)
+        for name, model in ((f"HSGP m={n}", lambda x, y: hsgp_model(x, y, n, L)),
+                            (f"VFF M={M}", lambda x, y: vff_model(x, y, feature)),
+                            (f"VFF square M={M}", lambda x, y: vff_square_model(x, y, feature))):
+            r = results["rows"][name] = run(model, (x, y), **kw)
+            show(name, n, r)
+    if not args.quick:
+        args.out.write_text(json.dumps(results, indent=1, default=float))
+        print(f"wrote {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
