@@ -151,3 +151,18 @@ def test_bugs_keep_their_traceback(monkeypatch):
     monkeypatch.setattr(solar, "build", broken)
     with pytest.raises(KeyError, match="a bug"):
         main(["fit", "solar", "--no-progress"])
+
+
+def test_host_devices_follow_the_chains_the_fit_will_run():
+    """The chains are known before the model is built (JAX's device count is fixed at start-up): the
+    --chains flag, else the model module's DEFAULTS["nuts"]["chains"] (pines: 4, so its chains run in
+    parallel), else the runner's default."""
+    from types import SimpleNamespace
+
+    from inference.runner import DEFAULTS, _planned_chains
+    from models import pines, solar
+
+    assert _planned_chains(SimpleNamespace(chains=3), pines) == 3
+    assert _planned_chains(SimpleNamespace(chains=None), pines) == pines.DEFAULTS["nuts"]["chains"] == 4
+    assert not hasattr(solar, "DEFAULTS")
+    assert _planned_chains(SimpleNamespace(chains=None), solar) == DEFAULTS["nuts"]["chains"]
