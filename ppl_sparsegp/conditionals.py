@@ -43,13 +43,13 @@ class _FeatureDispatch:
         return self.default(feature, *args, **kwargs)
 
 
-def projection(feature, kernel, X, *, whiten: bool, Kmm=None):
+def projection(feature, kernel, X, *, whiten: bool, Kmm=None, Kmn=None):
     r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
     :math:`K_{fu}K_{uu}^{-1}K_{uf}`."""
     from .features.base import Kuf, Kuu  # features register conditionals, so import late
 
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
-    Kmn = Kuf(feature, kernel, X)
+    Kmn = Kuf(feature, kernel, X) if Kmn is None else Kmn
     if whiten:
         A = Kmm.whiten(Kmn)  # Rᵀ Kuu⁻¹ Kuf
         return A, jnp.sum(A * A, axis=0)
@@ -58,8 +58,14 @@ def projection(feature, kernel, X, *, whiten: bool, Kmm=None):
 
 
 def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None):
-    A, qff = projection(feature, kernel, X, whiten=whiten, Kmm=Kmm)
-    mean = A.T @ q_mu  # Eq. (26) [1]
+    from .features.base import Kuf, Kuu
+
+    Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
+    Kmn = Kuf(feature, kernel, X)
+    # Eq. (26) [1]: mean = Aᵀ q_mu = K_fu K_uu⁻¹ u with u = R v (whitened): one solve of a vector, so a
+    # caller that uses only the mean (the projected process) never pays for the M × N solve in A
+    mean = Kmn.T @ Kmm.solve(Kmm.sqrt_matmul(q_mu) if whiten else q_mu)
+    A, qff = projection(feature, kernel, X, whiten=whiten, Kmm=Kmm, Kmn=Kmn)
     var = kernel.diag(X) - qff
     if q_cov is not None:
         var = var + jnp.sum(A * q_cov.matmul(A), axis=0)  # diag(Aᵀ S A)
