@@ -6,7 +6,7 @@ independently, left–right with probability ½, so the input distribution is in
 group (the condition of Thm 4.2). Pixels are scaled to [−0.5, 0.5] (a scalar shift keeps the flip
 symmetry); a fixed seeded split gives 1200 training and 597 test images.
 
-Model: :class:`~ppl_sparsegp.multiclass.MulticlassSparseGP` (10 latent GPs sharing an isotropic
+Model: :class:`~ppl_sparsegp.SparseGP` (10 latent GPs sharing an isotropic
 squared-exponential kernel) with a softmax likelihood (``--likelihood robustmax``: the robust-max
 likelihood of the paper's CIFAR experiments [1, §6.4]; the paper does not name Flip-MNIST's) and
 (``--features``)
@@ -32,9 +32,11 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import InducingPoints, Param, SquaredExponential
-from ppl_sparsegp.features.harmonic import HarmonicFeatures, block_diagonal_covariance
+from ppl_sparsegp.approximations.variational import block_diagonal_covariance
+from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import ImageFlip, multi_negation
-from ppl_sparsegp.multiclass import MulticlassSparseGP, RobustMax, Softmax
+from ppl_sparsegp import SparseGP
+from ppl_sparsegp.likelihoods import RobustMax, Softmax
 
 DESCRIPTION = "Randomly flipped 8x8 digits, 10 classes: flip-group harmonic features (4 x m) vs SVGP"
 
@@ -84,7 +86,7 @@ def halves_negation_group():
 
 
 def make_gp(X, *, features: str = "flip", num_inducing: int = 16, likelihood: str = "softmax", seed: int = 0):
-    """The MulticlassSparseGP for images X (N, 64)."""
+    """The SparseGP for images X (N, 64)."""
     from models.uci_hkd import kmeans, median_lengthscale
 
     positive = constraints.positive
@@ -93,13 +95,13 @@ def make_gp(X, *, features: str = "flip", num_inducing: int = 16, likelihood: st
     lik = RobustMax(NUM_CLASSES) if likelihood == "robustmax" else Softmax(NUM_CLASSES)
     Z = kmeans(X, int(num_inducing), seed)
     if features == "inducing":
-        return MulticlassSparseGP(InducingPoints(Param(Z)), kernel, lik, q_cov="full")
+        return SparseGP(InducingPoints(Param(Z)), kernel, lik, q_cov="full")
     groups = {"flip": flip_group, "neg": halves_negation_group}
     if features not in groups:
         raise ValueError(f"features must be 'flip', 'neg' or 'inducing', got {features!r}")
     group = groups[features]()
     Z = np.broadcast_to(Z, (group.num_subkernels,) + Z.shape).copy()  # one set per sub-kernel
-    return MulticlassSparseGP(HarmonicFeatures(group, Param(Z)), kernel, lik, q_cov=block_diagonal_covariance)
+    return SparseGP(HarmonicFeatures(group, Param(Z)), kernel, lik, q_cov=block_diagonal_covariance)
 
 
 def build(args) -> ModelSpec:

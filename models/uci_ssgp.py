@@ -28,7 +28,7 @@ from models import ModelSpec
 from ppl_sparsegp import Param, SquaredExponential, datasets
 from ppl_sparsegp.features.random_fourier import SpectralDensity
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, pairwise_median_sq,
+from ppl_sparsegp.approximations.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, pairwise_median_sq,
                                    plot_spectral_density, stein_diagnostics, stein_inference_data)
 
 DESCRIPTION = ("UCI regression (airfoil, concrete, energy, wine) with sparse-spectrum GPs: M-SRFR through "
@@ -115,7 +115,7 @@ def make_gp(name: str, X_train, *, frequencies=None, num_frequencies=None):
 
 
 def msrfr_settings(name: str, num_steps: int = NUM_STEPS) -> dict:
-    """Keyword arguments of :func:`~ppl_sparsegp.spectrum.fit_msrfr` (the authors' tuned values;
+    """Keyword arguments of :func:`~ppl_sparsegp.approximations.spectrum.fit_msrfr` (the authors' tuned values;
     likelihood tempered by 1/M as in their code)."""
     cfg = DATASETS[name]
     return dict(num_particles=cfg["M"], num_steps=num_steps, lr=cfg["lr"], lr_shared=cfg["lr_shared"],

@@ -22,7 +22,8 @@ from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceMeanField_ELBO
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.features.harmonic import HarmonicFeatures, block_diagonal_covariance, harmonic_gram
+from ppl_sparsegp.approximations.variational import block_diagonal_covariance
+from ppl_sparsegp.features.harmonic import HarmonicFeatures, harmonic_gram
 from ppl_sparsegp.groups import Rotation
 from ppl_sparsegp.likelihoods import Gaussian
 

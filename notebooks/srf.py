@@ -25,7 +25,7 @@ import numpyro.distributions as dist
 import ppl_sparsegp as psg
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, plot_spectral_density,
+from ppl_sparsegp.approximations.spectrum import (SparseSpectrumGP, fit_msrfr, mixture_metrics, plot_spectral_density,
                                    stein_diagnostics, stein_inference_data)
 
 matplotlib.use("Agg")

@@ -1,29 +1,60 @@
 """ppl_sparsegp: large-scale Gaussian processes in NumPyro through spectral and inter-domain features.
 
-Every approximation is a NumPyro model/guide pair whose Kuu/Kuf come from one feature module
-(:mod:`ppl_sparsegp.features`); SVI, NUTS/HMC and SteinVI run through NumPyro's own engines.
+Architecture (floors run bottom-up; a module imports only from its own floor or below, which
+``tests/test_layers.py`` checks):
+
+* ground: :mod:`.parameters` (templates: a number is fixed, a distribution a prior, :class:`Param` a point
+  estimate), :mod:`.linalg` (structured PSD operators), :mod:`.kernels`, :mod:`.grid`, :mod:`.groups`,
+  :mod:`.likelihoods`, :mod:`.covariances` (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics``
+  dispatchers), :mod:`.gaussian` (the structured Gaussian and its KL), :mod:`.compat` (the only use of
+  private JAX/NumPyro APIs);
+* 1: :mod:`.conditionals` (the default q(u) → q(f)), :mod:`.features` (one file per family, registering
+  into the dispatchers);
+* 2: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
+  :mod:`.stein` (Stein particle inference);
+* 3: :mod:`.diagnostics` (every ArviZ call, metrics, plots); side: :mod:`.datasets`.
+
+A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
+subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
+registration where its structure allows something faster), and its tests. Nothing else changes.
 """
-from . import datasets, diagnostics, groups, kernels, likelihoods, linalg
-from ._module import Param
-from .approximations import CollapsedGP, GPModel, SparseGP
-from .collapsed import collapsed_elbo, exact_log_marginal_likelihood
+from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg  # noqa: F401
+from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
+                             collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
+                             full_covariance, inducing_guide, inducing_prior, spectral_gp,
+                             two_kronecker_covariance)
 from .conditionals import conditional
-from .features import (AdditiveFeatures, FourierFeatures, HarmonicFeatures, HermiteFeatures, InducingFeature,
-                       InducingPoints, KroneckerFeatures, Kuf, Kuu, RandomFourierFeatures, TrigonometricFeatures)
+from .covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
+from .features import (AdditiveFeatures, AdditiveOrthogonal, FourierFeatures, HarmonicFeatures, HermiteFeatures,
+                       InducingFeature, InducingPoints, KroneckerFeatures, RandomFourierFeatures,
+                       TrigonometricFeatures)
 from .gaussian import StructuredNormal, gaussian_kl
-from .kernels import Additive, Matern12, Matern32, Matern52, Product, SquaredExponential
-from .prior import spectral_gp
-from . import multiclass, spectrum  # noqa: E402  (after the core: they build on it)
-from .spectrum import SparseSpectrumGP  # noqa: E402
+from .grid import Grid
+from .kernels import Additive, Matern12, Matern32, Matern52, Product, SphereEmbedded, SquaredExponential
+from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
+from .parameters import Param
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "datasets", "diagnostics", "kernels", "likelihoods", "linalg", "Param", "GPModel", "SparseGP", "CollapsedGP",
-    "collapsed_elbo",
-    "exact_log_marginal_likelihood", "conditional", "InducingFeature", "InducingPoints", "Kuu", "Kuf",
-    "StructuredNormal", "gaussian_kl", "Additive", "Matern12", "Matern32", "Matern52", "Product",
-    "SquaredExponential", "spectral_gp", "groups", "multiclass", "spectrum", "SparseSpectrumGP",
-    "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures", "HermiteFeatures", "TrigonometricFeatures",
-    "HarmonicFeatures", "RandomFourierFeatures",
+    # kernels
+    "SquaredExponential", "Matern12", "Matern32", "Matern52", "Additive", "Product", "SphereEmbedded",
+    # likelihoods
+    "Gaussian", "Poisson", "Bernoulli", "StudentT", "Softmax", "RobustMax",
+    # features and their dispatchers
+    "InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
+    "HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "HarmonicFeatures",
+    "RandomFourierFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics", "SufficientStatistics",
+    # q families
+    "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
+    # approximations
+    "GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP",
+    # primitives for own models
+    "spectral_gp", "inducing_prior", "inducing_guide",
+    # reference functions
+    "collapsed_elbo", "exact_log_marginal_likelihood",
+    # templates, structured Gaussian, grids
+    "Param", "StructuredNormal", "gaussian_kl", "Grid",
+    # modules
+    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg",
 ]

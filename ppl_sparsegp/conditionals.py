@@ -12,7 +12,8 @@ R possibly non-square as for VFF),
 where :math:`\mathbf q_n = [K_{fu}K_{uu}^{-1}K_{uf}]_{nn}` and S is q(u)'s (or q(v)'s) covariance;
 with ``q_cov=None`` the result is p(f | u = m), the conditional the MCMC formulation uses [1, eq. 26;
 2, §2.4.3]. Feature families override :func:`conditional` only where their structure demands
-(register with ``conditional.register(FeatureType)``).
+(register with ``conditional.register(FeatureType)``; the dispatcher is declared in
+:mod:`ppl_sparsegp.covariances`, this module registers the default).
 
 References:
     1. Hensman, Matthews, Ghahramani (2015), Scalable variational Gaussian process classification.
@@ -22,32 +23,14 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .covariances import Kuf, Kuu, conditional
+
 __all__ = ["conditional", "projection"]
-
-
-class _FeatureDispatch:
-    def __init__(self, default):
-        self.default = default
-        self.registry = {}
-
-    def register(self, feature_type):
-        def decorator(fn):
-            self.registry[feature_type] = fn
-            return fn
-        return decorator
-
-    def __call__(self, feature, *args, **kwargs):
-        for F in type(feature).__mro__:
-            if F in self.registry:
-                return self.registry[F](feature, *args, **kwargs)
-        return self.default(feature, *args, **kwargs)
 
 
 def projection(feature, kernel, X, *, whiten: bool, Kmm=None, Kmn=None):
     r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
     :math:`K_{fu}K_{uu}^{-1}K_{uf}`."""
-    from .features.base import Kuf, Kuu  # features register conditionals, so import late
-
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     Kmn = Kuf(feature, kernel, X) if Kmn is None else Kmn
     if whiten:
@@ -57,9 +40,9 @@ def projection(feature, kernel, X, *, whiten: bool, Kmm=None, Kmn=None):
     return A, jnp.sum(Kmn * A, axis=0)
 
 
-def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None):
-    from .features.base import Kuf, Kuu
-
+@conditional.register(object)
+def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None, key=None):
+    """The default: every feature whose Kuf is computed exactly (``key`` is not used)."""
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     Kmn = Kuf(feature, kernel, X)
     # Eq. (26) [1]: mean = Aᵀ q_mu = K_fu K_uu⁻¹ u with u = R v (whitened): one solve of a vector, so a
@@ -71,8 +54,3 @@ def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, 
         var = var + jnp.sum(A * q_cov.matmul(A), axis=0)  # diag(Aᵀ S A)
     return mean, jnp.maximum(var, 0.0)
 
-
-conditional = _FeatureDispatch(_conditional)
-conditional.__doc__ = r"""conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None)
--> (mean, var): marginals of q(f(X)) for q(u) = N(q_mu, q_cov) (or of p(f | u = q_mu) when q_cov is
-None). ``whiten=True`` reads q_mu, q_cov as the distribution of v with u = R v."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ._module import Module, check_finite
+from .parameters import Module, check_finite
 
 __all__ = ["Grid"]
 

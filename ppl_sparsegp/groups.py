@@ -18,7 +18,7 @@ k(\mathbf x, G^{\mathbf s}\mathbf x')` and :math:`\sum_{\mathbf t} k_{\mathbf t}
 sums every other column to zero). For J-way negation W is the Walsh–Hadamard matrix over :math:`\tilde T`.
 
 Every group here is a frozen dataclass of hashable fields, so it can live in a
-:class:`~ppl_sparsegp._module.Module`'s ``_static`` fields and pass through ``jax.jit``. Multi-index
+:class:`~ppl_sparsegp.parameters.Module`'s ``_static`` fields and pass through ``jax.jit``. Multi-index
 orders are C order (the first way varies slowest), matching ``numpy.kron`` of the per-way weights.
 
 Ways:
@@ -49,10 +49,10 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels import Kernel, check_inputs
+from .kernels import check_inputs
 
 __all__ = ["Group", "Transformation", "ProductGroup", "Negation", "Rotation", "ImageFlip", "ImageShift",
-           "LongitudeRotation", "SphereEmbedded", "multi_negation", "coordinate_negation",
+           "LongitudeRotation", "multi_negation", "coordinate_negation",
            "principal_axes_negation", "real_dft_weights"]
 
 
@@ -513,41 +513,3 @@ class LongitudeRotation(Transformation):
         x[:, i] = np.mod(x[:, i] * 90.0, 360.0) - 180.0
         x[:, i + 1] = 80.0 * np.tanh(x[:, i + 1])
         return x
-
-
-class SphereEmbedded(Kernel):
-    r"""A kernel of (lon, lat) inputs in degrees through the unit sphere:
-    :math:`k(\mathbf x,\mathbf x') = k_0(e(\mathbf x), e(\mathbf x'))` with
-    :math:`e(\lambda,\varphi) = (\cos\varphi\cos\lambda, \cos\varphi\sin\lambda, \sin\varphi)`, as the
-    paper's earth-elevation model [1, §6.1]. Invariant under :class:`LongitudeRotation` when ``base`` is
-    isotropic stationary (a rotation about the polar axis preserves Euclidean distances).
-
-    :param base: a kernel on 3-D inputs.
-    """
-
-    _params = ("base",)
-
-    def __init__(self, base):
-        if not isinstance(base, Kernel):
-            raise ValueError(f"base must be a Kernel, got {type(base).__name__}")
-        self._set(base=base)
-
-    @property
-    def input_dim(self):
-        return 2
-
-    @staticmethod
-    def embed(X):
-        X = check_inputs(X, "X", 2)
-        lon, lat = jnp.deg2rad(X[:, 0]), jnp.deg2rad(X[:, 1])
-        return jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], axis=1)
-
-    def __call__(self, X1, X2=None):
-        return self.base(self.embed(X1), None if X2 is None else self.embed(X2))
-
-    def diag(self, X):
-        return self.base.diag(self.embed(X))
-
-    @property
-    def variance(self):
-        return self.base.variance

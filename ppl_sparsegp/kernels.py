@@ -29,13 +29,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.special import gammaln
 
-from ._module import Module, check_finite, is_concrete
+from .parameters import Module, check_finite, is_concrete
 from .grid import Grid
 
-__all__ = ["Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
+__all__ = ["SphereEmbedded", "constant_kernel_diagonal", "Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
            "Additive", "Product", "check_inputs"]
 
 
@@ -310,3 +309,60 @@ class Product(_Combination):
     def sample_frequencies(self, key, n, input_dim=None):
         keys = jax.random.split(key, len(self.kernels))
         return jnp.concatenate([k.sample_frequencies(kk, n, 1) for k, kk in zip(self.kernels, keys)], 1)
+
+
+def constant_kernel_diagonal(kernel):
+    r"""k(x, x) of a kernel whose diagonal does not depend on x (stationary kernels and sums/products of
+    them), so that :math:`\sum_n k(\mathbf x_n, \mathbf x_n) = N\,k(\mathbf x,\mathbf x)` needs no data.
+
+    :raises ValueError: for any other kernel.
+    """
+    if isinstance(kernel, Stationary):
+        return jnp.asarray(kernel.variance)
+    if isinstance(kernel, Additive):
+        return sum(constant_kernel_diagonal(k) for k in kernel.kernels)
+    if isinstance(kernel, Product):
+        out = 1.0
+        for k in kernel.kernels:
+            out = out * constant_kernel_diagonal(k)
+        return jnp.asarray(out)
+    raise ValueError("precomputed statistics need a kernel with a constant diagonal k(x, x) (a stationary "
+                     f"kernel, or an Additive/Product of them), got {type(kernel).__name__}")
+
+
+class SphereEmbedded(Kernel):
+    r"""A kernel of (lon, lat) inputs in degrees through the unit sphere:
+    :math:`k(\mathbf x,\mathbf x') = k_0(e(\mathbf x), e(\mathbf x'))` with
+    :math:`e(\lambda,\varphi) = (\cos\varphi\cos\lambda, \cos\varphi\sin\lambda, \sin\varphi)`, as the
+    paper's earth-elevation model (Sun et al. 2021, §6.1). Invariant under :class:`~ppl_sparsegp.groups.LongitudeRotation` when ``base`` is
+    isotropic stationary (a rotation about the polar axis preserves Euclidean distances).
+
+    :param base: a kernel on 3-D inputs.
+    """
+
+    _params = ("base",)
+
+    def __init__(self, base):
+        if not isinstance(base, Kernel):
+            raise ValueError(f"base must be a Kernel, got {type(base).__name__}")
+        self._set(base=base)
+
+    @property
+    def input_dim(self):
+        return 2
+
+    @staticmethod
+    def embed(X):
+        X = check_inputs(X, "X", 2)
+        lon, lat = jnp.deg2rad(X[:, 0]), jnp.deg2rad(X[:, 1])
+        return jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], axis=1)
+
+    def __call__(self, X1, X2=None):
+        return self.base(self.embed(X1), None if X2 is None else self.embed(X2))
+
+    def diag(self, X):
+        return self.base.diag(self.embed(X))
+
+    @property
+    def variance(self):
+        return self.base.variance

@@ -11,15 +11,33 @@ taken pointwise:
 Closed forms are used where they exist (Gaussian; Poisson with log link and exposure; the probit
 predictive); otherwise the library's single Gauss–Hermite rule :func:`gauss_hermite` is used.
 
-Parameter fields (``variance``, ``df``, ``scale``, ``exposure``) follow :mod:`ppl_sparsegp._module`:
+Parameter fields (``variance``, ``df``, ``scale``, ``exposure``) follow :mod:`ppl_sparsegp.parameters`:
 a number or array is fixed, a NumPyro distribution is a prior (a sample site after
-:func:`~ppl_sparsegp._module.instantiate`), a :class:`~ppl_sparsegp._module.Param` is optimised.
+:func:`~ppl_sparsegp.parameters.instantiate`), a :class:`~ppl_sparsegp.parameters.Param` is optimised.
+
+**Multiclass** (``num_latent = C``: f has a last axis of C latent values, labels in 0..C−1):
+
+* :class:`Softmax`: :math:`p(y\mid\mathbf f) = e^{f_y}/\sum_c e^{f_c}`. Under
+  :math:`q(\mathbf f) = \prod_c\mathcal N(m_c, v_c)`,
+  :math:`\mathbb E_q\log p(y\mid\mathbf f) = m_y - \mathbb E_q\operatorname{logsumexp}(\mathbf f)`;
+  the second term has no closed form and is estimated by Monte Carlo (unbiased for a fresh key).
+* :class:`RobustMax` [4, 5]: :math:`p(y\mid\mathbf f) = 1-\epsilon` if :math:`y = \arg\max_c f_c`, else
+  :math:`\epsilon/(C-1)`. With :math:`P_y = q(\arg\max\mathbf f = y) = \int\mathcal N(x\mid m_y, v_y)
+  \prod_{c\ne y}\Phi\big((x-m_c)/\sqrt{v_c}\big)\,dx` (one-dimensional: the library's Gauss–Hermite rule),
+  :math:`\mathbb E_q\log p(y\mid\mathbf f) = P_y\log(1-\epsilon) + (1-P_y)\log\frac{\epsilon}{C-1}`
+  exactly, and :math:`p(y) = P_y(1-\epsilon) + (1-P_y)\epsilon/(C-1)`. The HKD paper's CIFAR
+  experiments use it [6, §6.4].
 
 **References**
 
 1. Hensman, Matthews, Ghahramani (2015). Scalable variational Gaussian process classification. AISTATS.
 2. Hensman, Durrande, Solin (2018). Variational Fourier features for Gaussian processes. JMLR.
 3. Rasmussen, Williams (2006). Gaussian Processes for Machine Learning, §3.9 (probit predictive).
+4. Hernández-Lobato, Hernández-Lobato, Dupont (2011), Robust multi-class Gaussian process
+   classification, NeurIPS.
+5. Hensman, Matthews, Ghahramani (2015), Scalable variational Gaussian process classification (robust max).
+6. Sun, Shi, Wilson, Grosse (2021), Scalable variational Gaussian processes via harmonic kernel
+   decomposition, ICML.
 """
 from __future__ import annotations
 
@@ -32,9 +50,12 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, log_ndtr, logsumexp, ndtr
 from numpyro.distributions import Distribution
 
-from ._module import Module, Param, is_concrete
+from .parameters import Module, Param, is_concrete
 
 __all__ = [
+    "MulticlassLikelihood",
+    "Softmax",
+    "RobustMax",
     "gauss_hermite",
     "log_gauss_hermite",
     "Likelihood",
@@ -138,6 +159,10 @@ class Likelihood(Module):
     """
 
     _static = ("num_points",)
+    #: number of latent functions f the likelihood reads per observation (the last axis of f when > 1)
+    num_latent = 1
+    #: whether :meth:`variational_expectation` is a Monte Carlo estimate that wants a fresh ``key``
+    monte_carlo = False
 
     def __init__(self, *, num_points: int = 20):
         _hermgauss(num_points)  # validates num_points
@@ -149,7 +174,7 @@ class Likelihood(Module):
         if isinstance(value, (Distribution, Param)):
             raise TypeError(
                 f"{type(self).__name__}.{name} holds a template ({type(value).__name__}); call "
-                "ppl_sparsegp._module.instantiate(likelihood) inside the model before using it")
+                "ppl_sparsegp.parameters.instantiate(likelihood) inside the model before using it")
         return jnp.asarray(value, dtype)
 
     # -- the model ---------------------------------------------------------------------------------
@@ -162,8 +187,9 @@ class Likelihood(Module):
         return self.dist(f).log_prob(y)
 
     # -- Gaussian integrals ------------------------------------------------------------------------
-    def variational_expectation(self, y, mean, var):
-        r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here).
+    def variational_expectation(self, y, mean, var, key=None):
+        r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
+        ``key`` is used only by Monte Carlo likelihoods, see :attr:`monte_carlo`).
 
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
@@ -244,7 +270,7 @@ class Gaussian(Likelihood):
         s2 = self._param("variance", _float_dtype(f))
         return dist.Normal(f, jnp.sqrt(s2))
 
-    def variational_expectation(self, y, mean, var):
+    def variational_expectation(self, y, mean, var, key=None):
         dtype = _float_dtype(mean, var)
         s2 = self._param("variance", dtype)
         y = _as_float(y, dtype)
@@ -351,7 +377,7 @@ class Poisson(Likelihood):
         # y (f + log Δ) − Δ e^f − log y!   (no underflow of the rate to 0)
         return y * (f + jnp.log(expo)) - expo * jnp.exp(f) - gammaln(y + 1.0)
 
-    def variational_expectation(self, y, mean, var):
+    def variational_expectation(self, y, mean, var, key=None):
         dtype = _float_dtype(mean, var)
         expo = self._param("exposure", dtype)
         y = _as_float(y, dtype)
@@ -411,3 +437,142 @@ class StudentT(Likelihood):
         noise = jnp.where(nu > 2.0, s**2 * nu / safe, jnp.inf)  # s² ν / (ν − 2)
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean), jnp.asarray(var))
         return mean + jnp.zeros_like(noise), var + noise
+
+
+# ---------------------------------------------------------------------------------------------------
+# Multiclass likelihoods: f has a last axis of C latent values (SparseGP with num_latent_gps = C)
+# ---------------------------------------------------------------------------------------------------
+class MulticlassLikelihood(Likelihood):
+    """Base of the C-class likelihoods: latent ``f`` of shape (..., C), labels in ``0..C-1``.
+
+    :param num_classes: C >= 2 (static).
+    """
+
+    _static = ("num_classes", "num_points")
+
+    @property
+    def num_latent(self) -> int:
+        """C: one latent function per class."""
+        return self.num_classes
+
+    def __init__(self, num_classes: int, *, num_points: int = 20):
+        if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
+            raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+        super().__init__(num_points=num_points)
+        self._set(num_classes=int(num_classes))
+
+    def _validate_values(self, arr, name):
+        C = self.num_classes
+        if not np.all((arr == np.floor(arr)) & (arr >= 0) & (arr < C)):
+            bad = np.unique(arr[(arr != np.floor(arr)) | (arr < 0) | (arr >= C)])[:5]
+            raise ValueError(f"{name}: labels must be integers in 0..{C - 1}, got values {bad.tolist()}")
+
+    def class_probabilities(self, mean, var, key=None):
+        """:math:`p(y = c) = \\int p(c\\mid\\mathbf f)q(\\mathbf f)d\\mathbf f`, shape (..., C)."""
+        raise NotImplementedError
+
+    def predict_mean_and_var(self, mean, var):
+        """The one-hot label's predictive mean (the class probabilities) and variance p(1 − p)."""
+        p = self.class_probabilities(mean, var)
+        return p, p * (1.0 - p)
+
+    def predict_log_density(self, y, mean, var):
+        """:math:`\\log p(y_n)` under the predictive, shape (N,)."""
+        p = self.class_probabilities(mean, var)
+        py = jnp.take_along_axis(p, jnp.asarray(y).astype(jnp.int32)[..., None], axis=-1)[..., 0]
+        return jnp.log(py)
+
+
+class Softmax(MulticlassLikelihood):
+    r"""Softmax likelihood :math:`p(y\mid\mathbf f) = \mathrm{softmax}(\mathbf f)_y`.
+
+    The variational expectation :math:`m_y - \mathbb E\,\operatorname{logsumexp}(\mathbf m +
+    \sqrt{\mathbf v}\odot\boldsymbol\epsilon)` and the class probabilities
+    :math:`\mathbb E\,\mathrm{softmax}(\mathbf f)` are Monte Carlo estimates with ``num_samples`` draws;
+    pass a fresh ``key`` per evaluation for an unbiased stochastic ELBO (the model passes
+    ``numpyro.prng_key()``), or none for a fixed key (deterministic, common random numbers).
+
+    :param num_classes: C.
+    :param num_samples: Monte Carlo draws (static).
+    """
+
+    _static = ("num_classes", "num_points", "num_samples")
+    monte_carlo = True
+
+    def __init__(self, num_classes: int, *, num_samples: int = 64):
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+        super().__init__(num_classes)
+        self._set(num_samples=int(num_samples))
+
+    def dist(self, f):
+        return dist.CategoricalLogits(jnp.asarray(f))
+
+    def _draws(self, mean, var, key, num_samples):
+        key = jax.random.PRNGKey(0) if key is None else key
+        eps = jax.random.normal(key, (num_samples,) + jnp.shape(mean), dtype=jnp.result_type(mean, float))
+        return mean + jnp.sqrt(var) * eps
+
+    def variational_expectation(self, y, mean, var, key=None):
+        y = jnp.asarray(y).astype(jnp.int32)
+        m_y = jnp.take_along_axis(mean, y[..., None], axis=-1)[..., 0]
+        lse = jnp.mean(logsumexp(self._draws(mean, var, key, self.num_samples), axis=-1), axis=0)
+        return m_y - lse  # E log softmax_y = m_y − E logsumexp(f)
+
+    def class_probabilities(self, mean, var, key=None, num_samples=None):
+        f = self._draws(mean, var, key, num_samples or 4 * self.num_samples)
+        return jnp.mean(jax.nn.softmax(f, axis=-1), axis=0)
+
+
+class RobustMax(MulticlassLikelihood):
+    r"""Robust-max likelihood: :math:`1-\epsilon` for the arg-max class, :math:`\epsilon/(C-1)` for
+    each other one [2]; exact Gaussian integrals through the one-dimensional
+    :math:`P_y = \mathbb E_{x\sim\mathcal N(m_y, v_y)}\prod_{c\ne y}\Phi((x-m_c)/\sqrt{v_c})`
+    (Gauss–Hermite with ``num_points`` nodes).
+
+    :param num_classes: C.
+    :param epsilon: :math:`\epsilon\in(0, 1)` (default 1e-3, fixed, as in GPflow's ``RobustMax``).
+    """
+
+    _params = ("epsilon",)
+
+    def __init__(self, num_classes: int, epsilon=1e-3, *, num_points: int = 20):
+        super().__init__(num_classes, num_points=num_points)
+        if is_concrete(epsilon) and not 0.0 < float(epsilon) < 1.0:
+            raise ValueError(f"epsilon must be in (0, 1), got {epsilon!r}")
+        self._set(epsilon=epsilon)
+
+    def _probs(self, f):
+        eps = self._param("epsilon", jnp.result_type(f, float))
+        C = self.num_classes
+        onehot = jax.nn.one_hot(jnp.argmax(f, axis=-1), C, dtype=eps.dtype)
+        return onehot * (1.0 - eps) + (1.0 - onehot) * eps / (C - 1)
+
+    def dist(self, f):
+        return dist.CategoricalProbs(self._probs(jnp.asarray(f)))
+
+    def argmax_probability(self, y, mean, var):
+        r""":math:`P_y = q(\arg\max_c f_c = y)` for labels y (N,), by Gauss–Hermite over :math:`f_y`."""
+        y = jnp.asarray(y).astype(jnp.int32)
+        mask = jax.nn.one_hot(y, self.num_classes, dtype=bool)
+        sd = jnp.sqrt(jnp.maximum(var, 1e-30))
+        m_y = jnp.take_along_axis(mean, y[..., None], axis=-1)[..., 0]
+        v_y = jnp.take_along_axis(var, y[..., None], axis=-1)[..., 0]
+
+        def others_below(x):  # x (P, N): Π_{c≠y} Φ((x − m_c)/s_c)
+            z = (x[..., None] - mean) / sd
+            return jnp.exp(jnp.sum(jnp.where(mask, 0.0, log_ndtr(z)), axis=-1))
+
+        return gauss_hermite(others_below, m_y, v_y, self.num_points)
+
+    def variational_expectation(self, y, mean, var, key=None):
+        eps = self._param("epsilon", jnp.result_type(mean, float))
+        P = self.argmax_probability(y, mean, var)
+        return P * jnp.log1p(-eps) + (1.0 - P) * jnp.log(eps / (self.num_classes - 1))
+
+    def class_probabilities(self, mean, var, key=None):
+        eps = self._param("epsilon", jnp.result_type(mean, float))
+        C = self.num_classes
+        P = jax.vmap(lambda c: self.argmax_probability(jnp.full(jnp.shape(mean)[:-1], c), mean, var),
+                     out_axes=-1)(jnp.arange(C))
+        return P * (1.0 - eps) + (1.0 - P) * eps / (C - 1)

@@ -1,7 +1,7 @@
 """Structured symmetric positive-definite operators.
 
 Every operator here represents a symmetric positive-(semi)definite ``n x n`` matrix :math:`K` without
-storing it densely. Operators are immutable pytrees (:class:`~ppl_sparsegp._module.Module`), so they pass
+storing it densely. Operators are immutable pytrees (:class:`~ppl_sparsegp.parameters.Module`), so they pass
 through ``jax.jit``, ``jax.vmap`` and ``jax.grad``; validation of constructor arguments runs only on
 concrete (non-traced) values.
 
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import block_diag, cho_solve, solve_triangular
 
-from ._module import Module, is_concrete
+from .parameters import Module, is_concrete
 
 __all__ = [
     "LinearOperator",

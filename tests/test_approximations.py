@@ -9,7 +9,8 @@ from numpyro.infer import MCMC, NUTS, SVI, TraceMeanField_ELBO
 from numpyro.infer.util import log_density
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.collapsed import optimal_whitened_q, sufficient_statistics
+from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
+from ppl_sparsegp.covariances import SufficientStatistics
 from ppl_sparsegp.likelihoods import Gaussian, Poisson
 
 NOISE = 0.05
@@ -77,7 +78,7 @@ def optimal_params(gp, X, y):
     """Analytic optimum of q for SparseGP with fixed hyperparameters, in gp's parameterisation."""
     feature = gp.feature
     Kmm = psg.Kuu(feature, KERNEL)
-    stats = sufficient_statistics(psg.Kuf(feature, KERNEL, X), y)
+    stats = SufficientStatistics.from_kuf(psg.Kuf(feature, KERNEL, X), y)
     m_v, S_v = optimal_whitened_q(Kmm, stats, NOISE)
     if gp.whiten:
         return {"f_v_loc": m_v, "f_v_scale_tril": jnp.linalg.cholesky(S_v.to_dense())}
@@ -308,12 +309,13 @@ def test_predict_refuses_missing_sample_sites_and_collapsed_params():
 
 
 def test_multiclass_predict_refuses_missing_params_and_sites():
-    """The same guard in MulticlassSparseGP: one q per class, every class's params required."""
-    from ppl_sparsegp.multiclass import MulticlassSparseGP, RobustMax
+    """The same guard in SparseGP: one q per class, every class's params required."""
+    from ppl_sparsegp import SparseGP
+    from ppl_sparsegp.likelihoods import RobustMax
 
     X, _ = data(9)
     labels = jnp.arange(9) % 3
-    gp = MulticlassSparseGP(psg.InducingPoints(X[::3]), psg.Matern52(lengthscale=dist.LogNormal(-1.0, 1.0)),
+    gp = SparseGP(psg.InducingPoints(X[::3]), psg.Matern52(lengthscale=dist.LogNormal(-1.0, 1.0)),
                             RobustMax(3), q_cov="diag")
     params = {"kernel_lengthscale_map": 0.3, **{f"f_v_{c}_loc": jnp.full(3, c - 1.0) for c in range(3)},
               **{f"f_v_{c}_scale": 0.5 * jnp.ones(3) for c in range(3)}}

@@ -3,7 +3,7 @@ r"""The collapsed (Titsias) bound on ill-conditioned problems, for every feature
 The bound used to form :math:`WW^\top = R^\top K_{uu}^{-1}(K_{uf}K_{fu})K_{uu}^{-1}R`, squaring the
 condition number of Kuu: with dense inducing grids or long lengthscales it was NaN, or *above* the exact
 log marginal likelihood (the issue's reproducer: +0.39 nats at M = 10, NaN at M = 20 and 40). It is now
-evaluated from a square root of A (see the :mod:`ppl_sparsegp.collapsed` docstring). Checked here on
+evaluated from a square root of A (see the :mod:`ppl_sparsegp.approximations.collapsed` docstring). Checked here on
 ill-conditioned inputs (lengthscales long relative to the data range, dense grids or many features,
 noise variance 1e-2 down to 1e-4):
 
@@ -33,9 +33,10 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.util import log_density
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.collapsed import (SufficientStatistics, collapsed_elbo, collapsed_elbo_from_stats,
-                                    constant_kernel_diagonal, exact_log_marginal_likelihood,
-                                    sufficient_statistics)
+from ppl_sparsegp.approximations.collapsed import (collapsed_elbo, collapsed_elbo_from_stats,
+                                                   exact_log_marginal_likelihood)
+from ppl_sparsegp.covariances import SufficientStatistics
+from ppl_sparsegp.kernels import constant_kernel_diagonal
 from ppl_sparsegp.features import (AdditiveFeatures, FourierFeatures, HarmonicFeatures, HermiteFeatures,
                                    InducingPoints, KroneckerFeatures, RandomFourierFeatures,
                                    TrigonometricFeatures)
@@ -330,11 +331,11 @@ def test_precomputed_statistics_give_the_bound_of_the_data(name):
 
 
 def test_keep_root_statistics_equal_product_statistics():
-    """sufficient_statistics(keep_root=True) keeps Kuf as the root and skips A; with A (keep_root=False)
+    """SufficientStatistics.from_kuf(keep_root=True) keeps Kuf as the root and skips A; with A (keep_root=False)
     the root comes from with_root: root rootᵀ = A either way, and the other statistics agree exactly."""
     feature, kernel, X, y = CASES["vff-matern32"]()
     Kmn = psg.Kuf(feature, kernel, X)
-    kept, product = sufficient_statistics(Kmn, y, keep_root=True), sufficient_statistics(Kmn, y)
+    kept, product = SufficientStatistics.from_kuf(Kmn, y, keep_root=True), SufficientStatistics.from_kuf(Kmn, y)
     assert isinstance(kept, SufficientStatistics) and kept.A is None and product.root is None
     assert kept.num_features == product.num_features == feature.num_features
     A = np.asarray(product.A)

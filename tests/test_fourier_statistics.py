@@ -11,7 +11,7 @@ import pytest
 from numpyro.infer.util import log_density
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.collapsed import sufficient_statistics
+from ppl_sparsegp.covariances import SufficientStatistics
 from ppl_sparsegp.features import AdditiveFeatures, FourierFeatures
 from ppl_sparsegp.features.fourier_statistics import fourier_conditional, fourier_statistics
 from ppl_sparsegp.likelihoods import Gaussian
@@ -36,12 +36,12 @@ def data(n=N, seed=0):
 
 @jax.jit
 def _reference(X, y):
-    return sufficient_statistics(psg.Kuf(FEATURE, KERNEL, X), y)
+    return SufficientStatistics.from_kuf(psg.Kuf(FEATURE, KERNEL, X), y)
 
 
 @jax.jit
 def _reference_1d(X, y):
-    return sufficient_statistics(psg.Kuf(FEATURE_1D, KERNEL_1D, X), y)
+    return SufficientStatistics.from_kuf(psg.Kuf(FEATURE_1D, KERNEL_1D, X), y)
 
 
 def reference(X, y):

@@ -8,8 +8,9 @@ import pytest
 import scipy.linalg
 
 import ppl_sparsegp as psg
+from ppl_sparsegp.kernels import SphereEmbedded
 from ppl_sparsegp.groups import (ImageFlip, ImageShift, LongitudeRotation, Negation, ProductGroup, Rotation,
-                                 SphereEmbedded, coordinate_negation, multi_negation, principal_axes_negation,
+                                 coordinate_negation, multi_negation, principal_axes_negation,
                                  real_dft_weights)
 
 

@@ -14,7 +14,7 @@ import numpyro.distributions as dist
 import pytest
 from scipy import integrate, special, stats
 
-from ppl_sparsegp._module import Param, instantiate
+from ppl_sparsegp.parameters import Param, instantiate
 from ppl_sparsegp.likelihoods import (
     Bernoulli,
     Gaussian,

@@ -1,4 +1,4 @@
-"""Multiclass likelihoods against closed forms / Monte Carlo / quadrature; MulticlassSparseGP against dense."""
+"""Multiclass likelihoods against closed forms / Monte Carlo / quadrature; SparseGP against dense."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,9 +10,11 @@ from scipy.special import softmax as np_softmax
 from scipy.stats import norm
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.features.harmonic import HarmonicFeatures, block_diagonal_covariance
+from ppl_sparsegp.approximations.variational import block_diagonal_covariance
+from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import Negation
-from ppl_sparsegp.multiclass import MulticlassSparseGP, RobustMax, Softmax
+from ppl_sparsegp import SparseGP
+from ppl_sparsegp.likelihoods import RobustMax, Softmax
 
 RNG = np.random.default_rng(0)
 
@@ -89,8 +91,8 @@ def test_labels_and_arguments_are_validated():
         Softmax(1)
     with pytest.raises(ValueError, match="epsilon"):
         RobustMax(3, epsilon=1.5)
-    with pytest.raises(TypeError, match="MulticlassLikelihood"):
-        MulticlassSparseGP(psg.InducingPoints(np.zeros((2, 1))), psg.Matern32(), psg.likelihoods.Bernoulli())
+    with pytest.raises(ValueError, match="multiclass likelihood"):
+        SparseGP(psg.InducingPoints(np.zeros((2, 1))), psg.Matern32(), psg.likelihoods.Bernoulli(), num_latent_gps=3)
 
 
 KERNEL = psg.SquaredExponential(variance=1.5, lengthscale=0.8)
@@ -126,7 +128,7 @@ CASES = {
 
 def setup(case, C=3):
     feature, q_cov, whiten, sizes = CASES[case]
-    gp = MulticlassSparseGP(feature, KERNEL, RobustMax(C, epsilon=0.02), whiten=whiten, q_cov=q_cov)
+    gp = SparseGP(feature, KERNEL, RobustMax(C, epsilon=0.02), whiten=whiten, q_cov=q_cov)
     qs = random_q(np.random.default_rng(2), C, sizes)
     params = {}
     for c, (mu, blocks) in enumerate(qs):
@@ -199,7 +201,7 @@ def test_svi_learns_a_three_class_problem(likelihood):
     rng = np.random.default_rng(5)
     Xc = rng.normal(size=(240, 2))
     yc = ((np.arctan2(Xc[:, 1], Xc[:, 0]) + np.pi) // (2 * np.pi / 3)).astype(int) % 3
-    gp = MulticlassSparseGP(HarmonicFeatures(Negation(), psg.Param(Xc[:8])), psg.SquaredExponential(1.0, 1.0),
+    gp = SparseGP(HarmonicFeatures(Negation(), psg.Param(Xc[:8])), psg.SquaredExponential(1.0, 1.0),
                             likelihood, q_cov=block_diagonal_covariance)
     svi = SVI(gp.model, gp.guide, optim.Adam(0.03), TraceMeanField_ELBO())
     result = svi.run(jax.random.PRNGKey(0), 400, Xc, yc, batch_size=120, progress_bar=False)

@@ -7,7 +7,8 @@ import pytest
 from scipy import stats
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.collapsed import optimal_whitened_q, sufficient_statistics
+from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
+from ppl_sparsegp.covariances import SufficientStatistics
 from ppl_sparsegp.features.random_fourier import (RandomFourierFeatures, SpectralDensity, chi2_ppf,
                                                   sample_frequencies, scrambled_halton)
 
@@ -146,7 +147,7 @@ def test_generic_conditional_gives_the_weight_space_posterior():
     y = jnp.cos(5 * X[:, 0])
     W = np.random.default_rng(4).standard_t(5.0, size=(7, 1))
     feat, noise = RandomFourierFeatures(W), 0.02
-    m_v, S_v = optimal_whitened_q(psg.Kuu(feat, kernel), sufficient_statistics(psg.Kuf(feat, kernel, X), y), noise)
+    m_v, S_v = optimal_whitened_q(psg.Kuu(feat, kernel), SufficientStatistics.from_kuf(psg.Kuf(feat, kernel, X), y), noise)
     mean, var = psg.conditional(feat, kernel, Xs, m_v, S_v, whiten=True)
     # Bayesian linear regression on φ with w ~ N(0, σ²I): A = ΦΦᵀ + (noise/σ²) I
     P, Ps = np.asarray(feat.features(X, 0.4)), np.asarray(feat.features(Xs, 0.4))

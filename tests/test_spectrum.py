@@ -19,7 +19,7 @@ from scipy.special import logsumexp
 import ppl_sparsegp as psg
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.spectrum import (FrequencyBlockMatrix, FrequencyRBFKernel, FrequencySteinVI,
+from ppl_sparsegp.approximations.spectrum import (FrequencyBlockMatrix, FrequencyRBFKernel, FrequencySteinVI,
                                    SparseSpectrumGP, SparseSpectrumNormal, cyclical_annealing, fit_msrfr,
                                    fit_stein, mixture_metrics, pairwise_median_sq,
                                    ssgp_log_marginal_likelihood, stein_diagnostics, stein_frequencies,

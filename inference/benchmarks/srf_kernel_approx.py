@@ -10,7 +10,7 @@ for R frequencies (2R features) drawn by
 * ``nystrom``: scikit-learn's ``Nystroem`` (γ = 1/2, R components, fitted on an independent uniform set,
   as in the authors' code);
 * ``svgd``: Stein random features, R particles moved by plain SVGD towards N(0, I)
-  (``ppl_sparsegp.spectrum.stein_frequencies``: SteinVI's step, vectorised; MC start, Adam 0.3, weight
+  (``ppl_sparsegp.approximations.spectrum.stein_frequencies``: SteinVI's step, vectorised; MC start, Adam 0.3, weight
   decay 1e-4, cyclical annealing c = 5, s = 0.5) with the notes' bandwidth, the per-dimension median
   (``bandwidth_scale=1``); ``--svgd-steps`` iterations, 15 000 in the authors' notebook;
 * ``svgd_d``: the same with the bandwidth scaled by d (``bandwidth_scale=d``: h_k = d × the
@@ -72,7 +72,7 @@ def relative_error(method, R, d, seed, svgd_steps):
 
     from ppl_sparsegp import SquaredExponential
     from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
-    from ppl_sparsegp.spectrum import stein_frequencies
+    from ppl_sparsegp.approximations.spectrum import stein_frequencies
 
     kernel = SquaredExponential(1.0, 1.0)
     k_x, k_fit, k_w = jax.random.split(jax.random.PRNGKey(seed), 3)

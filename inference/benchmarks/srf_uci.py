@@ -8,7 +8,7 @@ scaled (wine: standardised) and targets standardised with training statistics on
 
 Methods (all in float64, hyperparameters chosen without test data):
 
-* ``msrfr``: M-SRFR through ``numpyro.contrib.einstein.SteinVI`` (``ppl_sparsegp.spectrum.fit_msrfr``)
+* ``msrfr``: M-SRFR through ``numpyro.contrib.einstein.SteinVI`` (``ppl_sparsegp.approximations.spectrum.fit_msrfr``)
   with the authors' tuned settings (their 5-fold CV on training data: σ², step sizes, α, annealing s;
   likelihood tempered by 1/M as in their code); mixture predictive of the M particles.
 * ``ssgp``: sparse-spectrum GP with frequencies and lengthscales learned by maximum likelihood (SVI,
@@ -94,7 +94,7 @@ def fit_msrfr(name, seed, steps):
     import jax
 
     from models import uci_ssgp
-    from ppl_sparsegp.spectrum import fit_msrfr, mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import fit_msrfr, mixture_metrics
 
     X, y, Xs, ys_, yscale = _data(name, seed)
     gp = uci_ssgp.make_gp(name, X)
@@ -123,7 +123,7 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     from ppl_sparsegp import Param, SquaredExponential
     from ppl_sparsegp.features.random_fourier import sample_frequencies
     from ppl_sparsegp.likelihoods import Gaussian
-    from ppl_sparsegp.spectrum import AdamW, SparseSpectrumGP, mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import AdamW, SparseSpectrumGP, mixture_metrics
 
     cfg = uci_ssgp.DATASETS[name]
     X, y, Xs, ys_, yscale = _data(name, seed)
@@ -158,7 +158,7 @@ def fit_svgp(name, seed, steps, lr=0.01):
     from models import uci_ssgp
     from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
     from ppl_sparsegp.likelihoods import Gaussian
-    from ppl_sparsegp.spectrum import mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import mixture_metrics
 
     cfg = uci_ssgp.DATASETS[name]
     X, y, Xs, ys_, yscale = _data(name, seed)

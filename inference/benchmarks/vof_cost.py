@@ -109,11 +109,12 @@ def elbo_spread(kind, M, T, X, y, keys):
     from numpyro.infer import TraceMeanField_ELBO
 
     from ppl_sparsegp import Kuf, Kuu
-    from ppl_sparsegp.collapsed import optimal_whitened_q, sufficient_statistics
+    from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
+    from ppl_sparsegp.covariances import SufficientStatistics
 
     gp = make_gp(kind, M, X, "full", T=T, fixed=True)
     ex = make_gp("trig", M, X, "full", fixed=True)
-    stats = sufficient_statistics(Kuf(ex.feature, ex.kernel, X), y)
+    stats = SufficientStatistics.from_kuf(Kuf(ex.feature, ex.kernel, X), y)
     m, S = optimal_whitened_q(Kuu(ex.feature, ex.kernel), stats, NOISE_SD**2)
     params = {"f_v_loc": m, "f_v_scale_tril": jnp.linalg.cholesky(S.to_dense())}
     loss = TraceMeanField_ELBO().loss

@@ -58,7 +58,8 @@ def optimal_elbos_fn(family, M, kernel, X, y):
     import jax.numpy as jnp
 
     from ppl_sparsegp import Kuf, Kuu, SparseGP, collapsed_elbo
-    from ppl_sparsegp.collapsed import optimal_whitened_q, sufficient_statistics
+    from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
+    from ppl_sparsegp.covariances import SufficientStatistics
     from ppl_sparsegp.likelihoods import Gaussian
 
     noise = NOISE_SD**2
@@ -68,7 +69,7 @@ def optimal_elbos_fn(family, M, kernel, X, y):
     def f(theta):
         feature = template.replace(**{"input_scale" if family == "hermite" else "band": theta})
         dense = collapsed_elbo(feature, kernel, X, y, noise)
-        stats = sufficient_statistics(Kuf(feature, kernel, X), y)
+        stats = SufficientStatistics.from_kuf(Kuf(feature, kernel, X), y)
         m, _ = optimal_whitened_q(Kuu(feature, kernel), stats, noise)
         s = 1.0 / (1.0 + jnp.diag(stats.A) / noise)  # diagonal optimum
         gp = SparseGP(feature, kernel, Gaussian(noise), q_cov="diag")

@@ -1,14 +1,14 @@
-"""Inducing features: one file per family, ``Kuu``/``Kuf`` registered next to each class."""
-from .base import Dispatcher, InducingFeature, Kuf, Kuu
+"""Inducing features: one file per family, its ``Kuu``/``Kuf`` (and where needed ``conditional``,
+``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`."""
+from .base import InducingFeature
 from .combinations import AdditiveFeatures, KroneckerFeatures
 from .fourier import FourierFeatures
-from .harmonic import HarmonicFeatures, block_diagonal_covariance
+from .harmonic import HarmonicFeatures
 from .inducing_points import InducingPoints
 from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures
 from .random_fourier import RandomFourierFeatures
+from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
 
-__all__ = ["Dispatcher", "InducingFeature", "Kuf", "Kuu", "InducingPoints", "FourierFeatures",
-           "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures",
-           "TrigonometricFeatures", "HarmonicFeatures", "block_diagonal_covariance", "RandomFourierFeatures"]
-
-# one-pass statistics live in .fourier_statistics (imported on use: it builds on ppl_sparsegp.collapsed)
+__all__ = ["InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
+           "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
+           "RandomFourierFeatures"]

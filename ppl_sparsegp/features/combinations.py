@@ -18,16 +18,15 @@ References:
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpyro
-from numpyro.distributions import constraints
 
-from ..conditionals import _conditional, conditional
+from ..conditionals import conditional
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
-from ..linalg import BlockDiag, Kronecker, KroneckerSum
-from .base import InducingFeature, Kuf, Kuu
+from ..linalg import BlockDiag, Kronecker
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 
-__all__ = ["AdditiveFeatures", "KroneckerFeatures", "two_kronecker_covariance"]
+__all__ = ["AdditiveFeatures", "KroneckerFeatures"]
 
 
 class _PerDimension(InducingFeature):
@@ -110,12 +109,19 @@ _register(AdditiveFeatures, Additive, BlockDiag, lambda rows: jnp.concatenate(ro
 _register(KroneckerFeatures, Product, Kronecker, _khatri_rao)
 
 
+def _outer(vectors):
+    out = vectors[0]
+    for v in vectors[1:]:
+        out = (out[:, None] * v[None, :]).reshape(-1)
+    return out
+
+
 @conditional.register(KroneckerFeatures)
-def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None):
+def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
     """On a Grid, per-axis projections A_d: mean = (⊗A_d)ᵀ m by axis contractions, and
     diag(K_fu K_uu⁻¹ K_uf) = ⊗_d colsums — O(M^D G) with no (M^D × G) matrix."""
     if not isinstance(X, Grid):
-        return _conditional(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
+        return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
     feature._check_kernel(kernel, Product)
     X = feature.check_inputs(X)
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
@@ -137,35 +143,3 @@ def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False
     return mean, jnp.maximum(var, 0.0)
 
 
-def _outer(vectors):
-    out = vectors[0]
-    for v in vectors[1:]:
-        out = (out[:, None] * v[None, :]).reshape(-1)
-    return out
-
-
-def two_kronecker_covariance(name, dim, Kmm, whiten):
-    r"""q(u) (or q(v)) covariance :math:`S = \otimes_d L_dL_d^\top + \otimes_d J_dJ_d^\top` for
-    Kronecker features [1, §5.3, Fig. 7]: unlike a single Kronecker product it keeps the ELBO
-    increasing with M. Use as ``SparseGP(KroneckerFeatures(...), ..., q_cov=two_kronecker_covariance)``.
-
-    Initialised at the prior (L_d = I whitened, chol(K_d) otherwise) with small, distinct J_d entries
-    (the eigendecomposition inside :class:`~ppl_sparsegp.linalg.KroneckerSum` needs distinct eigenvalues
-    for stable gradients).
-    """
-    if not isinstance(Kmm, Kronecker):
-        raise ValueError("two_kronecker_covariance needs Kronecker features (Kuu a Kronecker operator)")
-    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
-    Ls, Js = [], []
-    for d, K in enumerate(Kmm.factors):
-        n = K.sqrt_cols if whiten else K.size
-
-        def init_L(rng_key, K=K, n=n):
-            return jnp.eye(n, dtype=Kmm.dtype) if whiten else jnp.linalg.cholesky(K.to_dense())
-
-        def init_J(rng_key, n=n):
-            return jnp.diag(jnp.linspace(1e-2, 2e-2, n, dtype=Kmm.dtype))
-
-        Ls.append(numpyro.param(f"{name}_L{d}", init_L, constraint=constraints.lower_cholesky))
-        Js.append(numpyro.param(f"{name}_J{d}", init_J))
-    return loc, KroneckerSum(tuple(Ls), tuple(Js))

@@ -44,10 +44,11 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .._module import is_concrete
+from ..parameters import is_concrete
 from ..kernels import Matern12, Matern32, Matern52, check_inputs
 from ..linalg import DiagPlusLowRank
-from .base import InducingFeature, Kuf, Kuu
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency"]
 

@@ -76,7 +76,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..collapsed import SufficientStatistics, constant_kernel_diagonal
+from ..covariances import Kuu, SufficientStatistics, sufficient_statistics
+from ..kernels import Kernel, constant_kernel_diagonal
 from .combinations import AdditiveFeatures
 from .fourier import FourierFeatures
 
@@ -474,8 +475,6 @@ def fourier_conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = 
 @partial(jax.jit, static_argnums=(5,))
 def _projection_operands(feature, kernel, q_mu, q_cov, Kmm, whiten):
     """α = Kuu⁻¹ R m and C = Kuu⁻¹ − Kuu⁻¹ R S Rᵀ Kuu⁻¹ (R = I unwhitened), and k(x, x); O(M³) once."""
-    from .base import Kuu
-
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     m = Kmm.sqrt_matmul(q_mu) if whiten else q_mu
     alpha = Kmm.solve(m)
@@ -486,3 +485,11 @@ def _projection_operands(feature, kernel, q_mu, q_cov, Kmm, whiten):
             S = Kmm.sqrt_matmul(Kmm.sqrt_matmul(S).T).T  # R S Rᵀ
         C = C - Kmm.solve(Kmm.solve(S).T).T
     return alpha, 0.5 * (C + C.T), constant_kernel_diagonal(kernel)
+
+
+@sufficient_statistics.register(FourierFeatures, Kernel)
+@sufficient_statistics.register(AdditiveFeatures, Kernel)
+def _fourier_sufficient_statistics(feature, kernel, X, y, **options):
+    """VFF with every input inside the box: Kuf does not depend on the kernel, so the statistics are
+    :func:`fourier_statistics` (one streaming pass; ``options`` as there)."""
+    return fourier_statistics(feature, X, y, **options)

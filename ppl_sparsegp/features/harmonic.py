@@ -49,17 +49,16 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-from numpyro.distributions import Distribution, constraints
+from numpyro.distributions import Distribution
 
-from .._module import Param, is_concrete
+from ..parameters import Param, is_concrete
 from ..groups import Group
 from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
-from ..linalg import BlockDiag, Dense, StackedBlockDiag
-from .base import InducingFeature, Kuf, Kuu
+from ..linalg import StackedBlockDiag
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 
-__all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters",
-           "block_diagonal_covariance"]
+__all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters"]
 
 
 def harmonic_gram(group: Group, kernel, X1, X2=None):
@@ -110,7 +109,7 @@ def _check_invariance(group, kernel, X, rtol):
                 f"kernel {type(kernel).__name__} is not invariant under {way!r}: max |k(Gx, Gx') - k(x, x')| "
                 f"= {err:.3g} (relative {err / float(scale):.3g}) on a random probe. The harmonic decomposition "
                 "needs a G-invariant kernel: for reflections or rotations off the coordinate axes use one "
-                "(isotropic) lengthscale; for longitude rotations use groups.SphereEmbedded")
+                "(isotropic) lengthscale; for longitude rotations use kernels.SphereEmbedded")
 
 
 def _shape(value):
@@ -126,7 +125,7 @@ def per_dimension_parameters(kernel, prefix: str = "kernel_") -> list:
     """``[(site, description)]`` for every part of a kernel (or kernel template) with one value per input
     dimension: a stationary lengthscale of size > 1 (array, tracer, Param or Distribution; only shapes
     are read, so it works under ``jit``) or a sum/product of per-dimension kernels. Site names follow
-    :func:`~ppl_sparsegp._module.instantiate` (``kernel_lengthscale``, ``kernel_base_lengthscale``)."""
+    :func:`~ppl_sparsegp.parameters.instantiate` (``kernel_lengthscale``, ``kernel_base_lengthscale``)."""
     found = []
 
     def walk(k, pre):
@@ -278,36 +277,3 @@ def _kuf_harmonic(feature, kernel, X):
     return Kt.reshape(-1, X.shape[0])
 
 
-def block_diagonal_covariance(name, dim, Kmm, whiten):
-    r"""q = :math:`\prod_t\mathcal N(\boldsymbol\mu_t, L_tL_t^\top)`: one full-rank Gaussian per block of
-    Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [1, §4.2]. Returns ``(loc, S)``, S a
-    :class:`~ppl_sparsegp.linalg.StackedBlockDiag` of the factors when the blocks have equal sizes (one
-    batched operation per step, whatever T), else a BlockDiag of ``Dense.from_cholesky``; initialised at
-    the prior. Params ``<name>_loc`` and ``<name>_scale_tril`` (shape (T, m, m) when the blocks have equal
-    sizes, else ``<name>_scale_tril_<t>`` per block).
-
-    Use as ``SparseGP(..., q_cov=block_diagonal_covariance)``.
-    """
-    if not isinstance(Kmm, BlockDiag):
-        raise ValueError(f"block_diagonal_covariance needs a BlockDiag Kmm, got {type(Kmm).__name__}")
-    blocks = Kmm.blocks
-    sizes = tuple(b.sqrt_cols for b in blocks) if whiten else Kmm.block_sizes
-    if sum(sizes) != dim:
-        raise ValueError(f"dim {dim} does not match the block sizes {sizes} of Kmm")
-    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
-
-    def init(b):
-        return jnp.eye(b.sqrt_cols, dtype=Kmm.dtype) if whiten else jnp.linalg.cholesky(b.to_dense())
-
-    def init_all(rng_key):
-        if isinstance(Kmm, StackedBlockDiag):
-            return jnp.broadcast_to(jnp.eye(sizes[0], dtype=Kmm.dtype), Kmm.chol.shape) if whiten else Kmm.chol
-        return jnp.stack([init(b) for b in blocks])
-
-    lower = constraints.scaled_unit_lower_cholesky
-    if len(set(sizes)) == 1:
-        L = numpyro.param(f"{name}_scale_tril", init_all, constraint=lower)
-        return loc, StackedBlockDiag.from_cholesky(L)
-    Ls = [numpyro.param(f"{name}_scale_tril_{t}", lambda rng_key, b=b: init(b), constraint=lower)
-          for t, b in enumerate(blocks)]
-    return loc, BlockDiag(tuple(Dense.from_cholesky(L) for L in Ls))

@@ -4,10 +4,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .._module import Param, is_concrete
+from ..parameters import Param, is_concrete
 from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
-from .base import InducingFeature, Kuf, Kuu
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 
 __all__ = ["InducingPoints"]
 

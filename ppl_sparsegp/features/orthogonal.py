@@ -38,11 +38,11 @@ orthonormal).
 :math:`\hat\mu_1, \hat\mu_2` and an unbiased :math:`\hat\sigma_f^2`, and :func:`conditional` reports
 ``mean`` :math:`= (\hat\mu_1+\hat\mu_2)/2` and ``var`` :math:`= \hat\sigma_f^2 + \hat\mu_1\hat\mu_2 -
 \text{mean}^2`, so that :math:`(y - \text{mean})^2 + \text{var} = y^2 - 2y\,\text{mean} + \hat\mu_1\hat\mu_2
-+ \hat\sigma_f^2` is unbiased (``var`` itself may be negative). The estimators run only while an
-ELBO evaluates the model (a ``seed`` handler and a ``replay`` of the guide trace on NumPyro's stack, as
-in every NumPyro ELBO); the randomness comes from ``numpyro.prng_key()``, i.e. SVI's per-step key.
-Everywhere else (``SparseGP.elbo``, ``SparseGP.predict``, ``Predictive``, ``log_likelihood``, NUTS's
-potential energy) the deterministic quadrature is used, so predictions and the exact ELBO are
++ \hat\sigma_f^2` is unbiased (``var`` itself may be negative). The estimators run only when
+:func:`conditional` is given a ``key``: ``SparseGP.model`` passes ``numpyro.prng_key()`` (SVI's
+per-step key) when it observes y under a ``seed`` handler, as every NumPyro ELBO runs it.
+Everywhere else (``SparseGP.elbo``, ``SparseGP.predict``, ``Predictive`` with y=None, NUTS's potential
+energy, which has no seed) the deterministic quadrature is used, so predictions and the exact ELBO are
 deterministic with variance ≥ 0. :func:`monte_carlo_conditional` evaluates the estimators with an
 explicit key. The MC mode is meant for ``SparseGP`` with a :class:`~ppl_sparsegp.likelihoods.Gaussian`
 likelihood: for a non-linear expected log-likelihood unbiased moments do not give an unbiased ELBO [1,
@@ -60,16 +60,15 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-from numpyro import handlers
 from numpyro.distributions import Distribution
 from numpyro.distributions.transforms import biject_to
 
-from .._module import Param, check_finite, check_positive, is_concrete
-from ..conditionals import conditional
+from ..parameters import Param, check_finite, check_positive, is_concrete
+from ..conditionals import conditional  # noqa: F401  (registers the default conditional)
 from ..kernels import Additive, SquaredExponential, Stationary, check_inputs
 from ..linalg import Identity
-from .base import InducingFeature, Kuf, Kuu
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 from .combinations import AdditiveFeatures
 
 __all__ = ["HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "hermite_width",
@@ -308,6 +307,10 @@ class TrigonometricFeatures(InducingFeature):
     def num_features(self):
         return self.M
 
+    @property
+    def monte_carlo(self) -> bool:
+        return self.estimator != "exact"
+
     def check_inputs(self, X, name="X"):
         X = _one_column(self, X, name)
         a, c = _initial(self.band), _initial(self.centre)
@@ -439,26 +442,8 @@ def _mc_kuf_pair(feature, kernel, X, key):
     return jnp.einsum("mpj,pjn->mn", P1, F1), jnp.einsum("mpj,pjn->mn", P2, F2)
 
 
-def _mc_key(feature):
-    """The step's PRNG key when the Monte Carlo estimator applies, else None (deterministic quadrature).
-
-    It applies when the feature asks for it and the model is being evaluated by an ELBO: numpyro's ELBOs
-    (Trace_ELBO, TraceMeanField_ELBO, ..., SteinVI's loss) run the model under ``seed`` and under
-    ``replay`` of the guide's trace. ``Predictive``, ``log_likelihood``, NUTS's potential energy and direct
-    calls (``SparseGP.elbo``, ``SparseGP.predict``) have no ``replay``, so they get the quadrature:
-    deterministic, with variance >= 0 (draws of f and y stay well defined).
-    """
-    if not _uses_mc(feature):
-        return None
-    if not any(isinstance(h, handlers.replay) for h in numpyro.primitives._PYRO_STACK):
-        return None
-    return numpyro.prng_key()  # None when there is no seed handler
-
-
 def _uses_mc(feature):
-    if isinstance(feature, AdditiveOrthogonal):
-        return any(_uses_mc(f) for f in feature.features)
-    return isinstance(feature, TrigonometricFeatures) and feature.estimator != "exact"
+    return feature.monte_carlo
 
 
 def _combine(mu1, mu2, var):
@@ -468,9 +453,8 @@ def _combine(mu1, mu2, var):
 
 
 @conditional.register(TrigonometricFeatures)
-def _conditional_trig(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None):
-    key = _mc_key(feature)
-    if key is None:  # deterministic quadrature (Kuu = I: whitened and unwhitened coincide)
+def _conditional_trig(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
+    if key is None or not _uses_mc(feature):  # deterministic quadrature (Kuu = I: whitened and unwhitened coincide)
         return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
     return monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, key)
 
@@ -497,6 +481,10 @@ class AdditiveOrthogonal(AdditiveFeatures):
             raise ValueError("features must be a non-empty sequence of HermiteFeatures / TrigonometricFeatures")
         super().__init__(features)
 
+    @property
+    def monte_carlo(self) -> bool:
+        return any(f.monte_carlo for f in self.features)
+
     def _blocks(self, kernel, X):
         """[(feature_d, kernel_d, X[:, d:d+1])]."""
         self._check_kernel(kernel, Additive)
@@ -513,9 +501,8 @@ def _kuu_additive(feature, kernel):
 
 
 @conditional.register(AdditiveOrthogonal)
-def _conditional_additive(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None):
-    key = _mc_key(feature)
-    if key is None:
+def _conditional_additive(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
+    if key is None or not _uses_mc(feature):
         return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
     return monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, key)
 

@@ -55,10 +55,11 @@ import numpy as np
 from jax.scipy.special import gammainc, gammaln, ndtri
 from numpyro.distributions import Distribution, constraints
 
-from .._module import Param, check_finite, is_concrete
+from ..parameters import Param, check_finite, is_concrete
 from ..kernels import SquaredExponential, Stationary, _Matern, check_inputs
 from ..linalg import Diagonal
-from .base import InducingFeature, Kuf, Kuu
+from ..covariances import Kuf, Kuu
+from .base import InducingFeature
 
 __all__ = ["RandomFourierFeatures", "SpectralDensity", "sample_frequencies", "scrambled_halton",
            "chi2_ppf"]

@@ -132,7 +132,7 @@ class Module:
         return f"{type(self).__name__}({items})"
 
 
-def _initial_value(d: Distribution):
+def initial_value(d: Distribution):
     """A starting point for a point estimate: the prior mean if finite, else the transformed origin."""
     fallback = biject_to(d.support)(jnp.zeros(d.shape()))
     try:
@@ -188,7 +188,7 @@ def instantiate(template, prefix: str = "", *, point: bool = False):
             return numpyro.param(site, value.init, constraint=value.constraint)
         if not point:
             return numpyro.sample(site, value)
-        loc = numpyro.param(f"{site}_map", lambda rng_key: _initial_value(value), constraint=value.support)
+        loc = numpyro.param(f"{site}_map", lambda rng_key: initial_value(value), constraint=value.support)
         return numpyro.sample(site, dist.Delta(loc, event_dim=len(value.event_shape)))
 
     return _walk(template, prefix, on_leaf)

@@ -8,6 +8,13 @@ sample site and returns the latent function at X, the way ``numpyro.contrib.hsgp
         f = spectral_gp("f", FourierFeatures(a=-1, b=2, num_frequencies=30), Matern32(lengthscale=ell), X)
         numpyro.sample("y", dist.Poisson(jnp.exp(f)), obs=y)
 
+For SVI on such a model, :func:`inducing_guide` is the matching q over the same site, to be placed in
+the user's guide (the SVGP of [2] on the user's own model)::
+
+    def guide(X, y=None):
+        numpyro.param(...)                            # the user's own hyperparameter guide
+        inducing_guide("f", feature, kernel)          # q(v) = N(m, LLᵀ), params f_v_loc, f_v_scale_tril
+
 Whitened (default): :math:`\mathbf v\sim\mathcal N(0, I_{M'})`, :math:`\mathbf u = R\mathbf v`;
 centred: :math:`\mathbf u\sim\mathcal N(0, K_{uu})`. The returned f is
 :math:`K_{fu}K_{uu}^{-1}\mathbf u`, the projected process [1, §2.4.3]; ``return_variance=True`` also returns
@@ -15,19 +22,21 @@ the residual :math:`k_{nn} - [K_{fu}K_{uu}^{-1}K_{uf}]_{nn}`, which an expected 
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes.
+    2. Hensman, Matthews, Ghahramani (2015), Scalable variational Gaussian process classification.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpyro
 
-from .conditionals import conditional
-from .features.base import Kuu
-from .gaussian import StructuredNormal
-from .kernels import check_inputs
-from .linalg import Identity
+from ..conditionals import conditional
+from ..covariances import Kuu
+from ..gaussian import StructuredNormal
+from ..kernels import check_inputs
+from ..linalg import Identity
+from .variational import resolve_q_family
 
-__all__ = ["inducing_prior", "spectral_gp"]
+__all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
 
 
 def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None):
@@ -57,3 +66,21 @@ def spectral_gp(name: str, feature, kernel, X, *, whiten: bool = True, return_va
     value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
     mean, var = conditional(feature, kernel, X, value, whiten=whiten, Kmm=Kmm)
     return (mean, var) if return_variance else mean
+
+
+def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):
+    """The variational q over :func:`inducing_prior`'s site, for the user's own guide: a Gaussian from a
+    q family (``"auto"``, ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable, see
+    :mod:`~ppl_sparsegp.approximations.variational`) with params ``<site>_loc`` etc., initialised at the
+    prior. Under ``TraceMeanField_ELBO`` the KL to :func:`spectral_gp`'s prior is analytic.
+
+    :param feature: the same feature as in the model (concrete).
+    :param kernel: a concrete kernel (in a guide: point values of the hyperparameters, e.g. from
+        ``numpyro.param``; only Kuu's structure and, centred, its value are used).
+    :returns: the sampled value of the site (v whitened, u centred).
+    """
+    Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
+    site = f"{name}_v" if whiten else f"{name}_u"
+    dim = Kmm.sqrt_cols if whiten else Kmm.size
+    loc, cov = resolve_q_family(q_cov)(site, dim, Kmm, whiten)
+    return numpyro.sample(site, StructuredNormal(loc, cov))

@@ -111,11 +111,11 @@ from numpyro.contrib.einstein.stein_kernels import SteinKernel
 from numpyro.distributions import Distribution, constraints
 from numpyro.optim import _NumPyroOptim
 
-from ._module import _initial_value, instantiate
-from .approximations import CollapsedGP
-from .features.base import Kuf, Kuu
-from .features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
-from .kernels import check_inputs
+from ..parameters import initial_value, instantiate
+from .collapsed import CollapsedGP
+from ..covariances import Kuf, Kuu
+from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
+from ..kernels import check_inputs
 
 __all__ = [
     "ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP", "FrequencyRBFKernel", "FrequencyBlockMatrix",
@@ -268,7 +268,7 @@ class SparseSpectrumGP(CollapsedGP):
         kernel = instantiate(self.kernel, "kernel_", point=True)
         likelihood = instantiate(self.likelihood, "likelihood_", point=True)
         if isinstance(self.mean, Distribution):
-            m = numpyro.param("mean_map", lambda k: _initial_value(self.mean), constraint=self.mean.support)
+            m = numpyro.param("mean_map", lambda k: initial_value(self.mean), constraint=self.mean.support)
             mean = numpyro.sample("mean", dist.Delta(m, event_dim=len(self.mean.event_shape)))
         else:
             mean = self.mean

@@ -1,0 +1,22 @@
+"""The approximations: NumPyro model/guide pairs on one shared base, one file each.
+
+* :mod:`.base`: templates → sample sites, validation, point guides (:class:`GPModel`);
+* :mod:`.variational`: the q(u) families (full, diagonal, block-diagonal, two-Kronecker);
+* :mod:`.sparse`: :class:`SparseGP` (SVGP under SVI, the MCMC formulation under NUTS; any likelihood,
+  ``num_latent_gps``);
+* :mod:`.collapsed`: :class:`CollapsedGP` (the Titsias bound, on data or on sufficient statistics) and the
+  exact GP marginal likelihood;
+* :mod:`.spectrum`: :class:`SparseSpectrumGP` (random or learnt frequencies);
+* :mod:`.primitives`: ``spectral_gp``, ``inducing_prior``, ``inducing_guide`` for people's own models.
+"""
+from .base import GPModel
+from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
+from .primitives import inducing_guide, inducing_prior, spectral_gp
+from .sparse import SparseGP
+from .spectrum import SparseSpectrumGP
+from .variational import (block_diagonal_covariance, diagonal_covariance, full_covariance,
+                          two_kronecker_covariance)
+
+__all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
+           "exact_log_marginal_likelihood", "spectral_gp", "inducing_prior", "inducing_guide",
+           "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance"]

@@ -1,0 +1,164 @@
+"""The shared machinery of every approximation: templates → sample sites, validation of data, of
+fitted params and of posterior draws, point guides, and components from posterior values.
+
+Site names: ``kernel_<field>`` (``kernel_<d>_<field>`` for additive/product kernels),
+``likelihood_<field>``, ``feature_<field>``, ``mean``, ``<name>_v`` / ``<name>_u``, and ``y``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.distributions import Distribution
+
+from ..covariances import Kuu
+from ..features.base import InducingFeature
+from ..kernels import Kernel, check_inputs
+from ..likelihoods import Gaussian, Likelihood
+from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
+
+__all__ = ["GPModel"]
+
+
+def _site_names(gp, fn, kind: str) -> list:
+    """Names of the ``kind`` ("param" or "sample") sites that ``fn`` (the guide, or the model's
+    components) creates, found by tracing it abstractly (``jax.eval_shape``: no FLOPs, and no concrete
+    values needed, so it also works under ``jit``); cached on the model."""
+    cache = gp.__dict__.setdefault("_site_names", {})
+    key = (getattr(fn, "__name__", repr(fn)), kind)
+    if key not in cache:
+        names = []
+
+        def run():
+            with handlers.block():
+                tr = handlers.trace(handlers.seed(fn, rng_seed=0)).get_trace()
+            names.extend(name for name, site in tr.items()
+                         if site["type"] == kind and not site.get("is_observed", False))
+            return 0
+
+        jax.eval_shape(run)
+        cache[key] = tuple(names)
+    return list(cache[key])
+
+
+def _require(method: str, argument: str, given: dict, required, hint: str):
+    """Raise ``ValueError`` naming the entries of ``required`` that ``given`` lacks (a name ``<site>_map``
+    may also be given as ``<site>``), and the keys of ``given`` that match none of them (typos, or values
+    for another model). Nothing is substituted silently: a missing param would fall back to its initial
+    value, a missing sample site to a prior draw."""
+    keys = set(given)
+    missing = [n for n in required if n not in keys and not (n.endswith("_map") and n[:-4] in keys)]
+    if not missing:
+        return
+    known = set(required) | {n[:-4] for n in required if n.endswith("_map")}
+    unexpected = sorted(k for k in keys if k not in known)
+    msg = f"{method}: {argument} is missing {', '.join(repr(n) for n in missing)}"
+    if unexpected:
+        msg += f"; it has unexpected {', '.join(repr(k) for k in unexpected)}"
+    raise ValueError(f"{msg} ({hint})")
+
+
+def _require_params(gp, method: str, params: dict):
+    """Every param the model's guide creates must be in ``params`` (SVI on another guide, a misspelt key
+    or a partial dict would otherwise silently use initial values)."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"{method}: params must be a dict (svi_result.params), got {type(params).__name__}")
+    _require(method, "params", params, _site_names(gp, gp.guide, "param"),
+             "pass svi_result.params from SVI on this model's guide")
+
+
+def _require_samples(gp, method: str, samples: dict, *latent):
+    """Every sampled hyperparameter (and the ``latent`` sites) must have draws in ``samples``; a missing
+    site would otherwise be drawn from its prior with a fixed seed."""
+    if not isinstance(samples, Mapping):
+        raise TypeError(f"{method}: samples must be a dict (mcmc.get_samples()), got {type(samples).__name__}")
+    _require(method, "samples", samples, _site_names(gp, gp.components, "sample") + list(latent),
+             "pass mcmc.get_samples() from MCMC on this model")
+
+
+class GPModel:
+    """Shared machinery: templates → sites, validation, point guides, components from posterior values.
+
+    :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (fields may be Params).
+    :param kernel: a kernel template (fields numbers, Distributions or Params).
+    :param likelihood: a likelihood template (default Gaussian with a LogNormal(−2, 1) noise variance).
+    :param mean: constant mean: a number or a Distribution (site ``mean``).
+    :param name: name of the latent function (prefix of the inducing site).
+    """
+
+    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f"):
+        if not isinstance(feature, InducingFeature):
+            raise TypeError(f"feature must be an InducingFeature, got {type(feature).__name__}")
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"kernel must be a Kernel, got {type(kernel).__name__}")
+        if likelihood is None:
+            likelihood = Gaussian(variance=dist.LogNormal(-2.0, 1.0))
+        if not isinstance(likelihood, Likelihood):
+            raise TypeError(f"likelihood must be a Likelihood, got {type(likelihood).__name__}")
+        if not isinstance(mean, (Distribution, Param)):
+            check_finite(mean, "mean")
+        self.feature, self.kernel, self.likelihood, self.mean, self.name = feature, kernel, likelihood, mean, name
+        # fail early on a kernel the feature family does not support, or a prior with the wrong support
+        Kuu.dispatch(feature, kernel)
+        feature.check_kernel(kernel)
+        self.hyperparameter_sites()
+
+    # --- sites --------------------------------------------------------------------------------------
+    def hyperparameter_sites(self) -> dict:
+        """``{site: prior}`` for every sampled hyperparameter."""
+        out = {}
+        out.update(free_sites(self.kernel, "kernel_"))
+        out.update(free_sites(self.likelihood, "likelihood_"))
+        out.update(free_sites(self.feature, "feature_"))
+        if isinstance(self.mean, Distribution):
+            out["mean"] = self.mean
+        return out
+
+    def components(self, *, point: bool = False):
+        """Instantiate (kernel, likelihood, feature, mean) inside a model (or, point=True, a guide)."""
+        kernel = instantiate(self.kernel, "kernel_", point=point)
+        likelihood = instantiate(self.likelihood, "likelihood_", point=point)
+        feature = instantiate(self.feature, "feature_", point=point)
+        if isinstance(self.mean, Distribution):
+            if point:
+                loc = numpyro.param("mean_map", lambda k: initial_value(self.mean), constraint=self.mean.support)
+                mean = numpyro.sample("mean", dist.Delta(loc, event_dim=len(self.mean.event_shape)))
+            else:
+                mean = numpyro.sample("mean", self.mean)
+        else:
+            mean = self.mean
+        return kernel, likelihood, feature, mean
+
+    def components_from(self, values: dict):
+        """Concrete (kernel, likelihood, feature, mean) for one set of site/param values."""
+        with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=values):
+            return self.components()
+
+    def _check_data(self, X, y, likelihood):
+        X = check_inputs(X, "X")
+        X = self.feature.check_inputs(X) if not isinstance(self.feature, type) else X
+        if y is not None:
+            y = jnp.asarray(y)
+            if y.ndim != 1:
+                raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
+            if y.shape[0] != X.shape[0]:
+                raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+            y = likelihood.validate(y, "y")
+        return X, y
+
+    def point_guide(self, *args, **kwargs):
+        """Guide with a point mass (Delta at a constrained param ``<site>_map``) on every hyperparameter."""
+        return self.components(point=True)
+
+    @staticmethod
+    def point_values(params: dict) -> dict:
+        """Site values of a point guide's optimised params (``<site>_map`` → ``<site>``), plus the params."""
+        out = dict(params)
+        out.update({k[:-4]: v for k, v in params.items() if k.endswith("_map")})
+        return out
+
+

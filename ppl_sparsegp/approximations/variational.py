@@ -1,0 +1,136 @@
+r"""The families of q(u) (or q(v), whitened): Gaussian with a full, diagonal, block-diagonal or
+two-Kronecker covariance. A family is a callable ``(name, dim, Kmm, whiten) -> (loc, operator)`` that
+creates its params (``<name>_loc``, ...) with ``numpyro.param``, initialised at the prior; any such callable
+can be passed as ``q_cov``.
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §5.3.
+    2. Sun, Shi, Wilson, Grosse (2021), Scalable variational Gaussian processes via harmonic kernel
+       decomposition, ICML.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpyro
+from numpyro.distributions import constraints
+
+from ..linalg import BlockDiag, Dense, Diagonal, Kronecker, KroneckerSum, StackedBlockDiag
+
+__all__ = ["full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
+           "default_family", "resolve_q_family"]
+
+
+def full_covariance(name, dim, Kmm, whiten):
+    """q = N(m, LLᵀ) with a free lower-triangular L (initialised at the prior)."""
+    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
+
+    def init(rng_key):
+        if whiten:
+            return jnp.eye(dim, dtype=Kmm.dtype)
+        return jnp.linalg.cholesky(Kmm.to_dense())
+
+    L = numpyro.param(f"{name}_scale_tril", init, constraint=constraints.scaled_unit_lower_cholesky)
+    return loc, Dense.from_cholesky(L)
+
+
+def diagonal_covariance(name, dim, Kmm, whiten):
+    """q = N(m, diag(s²)) (mean field)."""
+    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
+
+    def init(rng_key):
+        return jnp.ones(dim, Kmm.dtype) if whiten else jnp.sqrt(Kmm.diagonal())
+
+    scale = numpyro.param(f"{name}_scale", init, constraint=constraints.positive)
+    return loc, Diagonal(scale**2)
+
+
+def block_diagonal_covariance(name, dim, Kmm, whiten):
+    r"""q = :math:`\prod_t\mathcal N(\boldsymbol\mu_t, L_tL_t^\top)`: one full-rank Gaussian per block of
+    Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [2, §4.2]. Returns ``(loc, S)``, S a
+    :class:`~ppl_sparsegp.linalg.StackedBlockDiag` of the factors when the blocks have equal sizes (one
+    batched operation per step, whatever T), else a BlockDiag of ``Dense.from_cholesky``; initialised at
+    the prior. Params ``<name>_loc`` and ``<name>_scale_tril`` (shape (T, m, m) when the blocks have equal
+    sizes, else ``<name>_scale_tril_<t>`` per block).
+
+    Use as ``SparseGP(..., q_cov=block_diagonal_covariance)``.
+    """
+    if not isinstance(Kmm, BlockDiag):
+        raise ValueError(f"block_diagonal_covariance needs a BlockDiag Kmm, got {type(Kmm).__name__}")
+    blocks = Kmm.blocks
+    sizes = tuple(b.sqrt_cols for b in blocks) if whiten else Kmm.block_sizes
+    if sum(sizes) != dim:
+        raise ValueError(f"dim {dim} does not match the block sizes {sizes} of Kmm")
+    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
+
+    def init(b):
+        return jnp.eye(b.sqrt_cols, dtype=Kmm.dtype) if whiten else jnp.linalg.cholesky(b.to_dense())
+
+    def init_all(rng_key):
+        if isinstance(Kmm, StackedBlockDiag):
+            return jnp.broadcast_to(jnp.eye(sizes[0], dtype=Kmm.dtype), Kmm.chol.shape) if whiten else Kmm.chol
+        return jnp.stack([init(b) for b in blocks])
+
+    lower = constraints.scaled_unit_lower_cholesky
+    if len(set(sizes)) == 1:
+        L = numpyro.param(f"{name}_scale_tril", init_all, constraint=lower)
+        return loc, StackedBlockDiag.from_cholesky(L)
+    Ls = [numpyro.param(f"{name}_scale_tril_{t}", lambda rng_key, b=b: init(b), constraint=lower)
+          for t, b in enumerate(blocks)]
+    return loc, BlockDiag(tuple(Dense.from_cholesky(L) for L in Ls))
+
+
+def two_kronecker_covariance(name, dim, Kmm, whiten):
+    r"""q(u) (or q(v)) covariance :math:`S = \otimes_d L_dL_d^\top + \otimes_d J_dJ_d^\top` for
+    Kronecker features [1, §5.3, Fig. 7]: unlike a single Kronecker product it keeps the ELBO
+    increasing with M. Use as ``SparseGP(KroneckerFeatures(...), ..., q_cov=two_kronecker_covariance)``.
+
+    Initialised at the prior (L_d = I whitened, chol(K_d) otherwise) with small, distinct J_d entries
+    (the eigendecomposition inside :class:`~ppl_sparsegp.linalg.KroneckerSum` needs distinct eigenvalues
+    for stable gradients).
+    """
+    if not isinstance(Kmm, Kronecker):
+        raise ValueError("two_kronecker_covariance needs Kronecker features (Kuu a Kronecker operator)")
+    loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
+    Ls, Js = [], []
+    for d, K in enumerate(Kmm.factors):
+        n = K.sqrt_cols if whiten else K.size
+
+        def init_L(rng_key, K=K, n=n):
+            return jnp.eye(n, dtype=Kmm.dtype) if whiten else jnp.linalg.cholesky(K.to_dense())
+
+        def init_J(rng_key, n=n):
+            return jnp.diag(jnp.linspace(1e-2, 2e-2, n, dtype=Kmm.dtype))
+
+        Ls.append(numpyro.param(f"{name}_L{d}", init_L, constraint=constraints.lower_cholesky))
+        Js.append(numpyro.param(f"{name}_J{d}", init_J))
+    return loc, KroneckerSum(tuple(Ls), tuple(Js))
+
+
+_FAMILIES = {"full": full_covariance, "diag": diagonal_covariance, "block-diag": block_diagonal_covariance,
+             "two-kron": two_kronecker_covariance}
+
+
+def default_family(Kmm):
+    """The family ``q_cov="auto"`` picks from Kuu's structure: block-diagonal for a
+    :class:`~ppl_sparsegp.linalg.StackedBlockDiag` Kuu (harmonic features: the HVGP's q [2, §4.2]), full
+    otherwise (a two-Kronecker or diagonal q is a further approximation the caller opts into)."""
+    return block_diagonal_covariance if isinstance(Kmm, StackedBlockDiag) else full_covariance
+
+
+def _auto(name, dim, Kmm, whiten):
+    return default_family(Kmm)(name, dim, Kmm, whiten)
+
+
+def resolve_q_family(q_cov):
+    """The q(u) covariance family for ``q_cov``: ``"auto"`` (from Kuu's structure, :func:`default_family`),
+    ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable
+    ``(name, dim, Kmm, whiten) -> (loc, operator)``, returned as is."""
+    if isinstance(q_cov, str):
+        if q_cov == "auto":
+            return _auto
+        if q_cov not in _FAMILIES:
+            raise ValueError(f"q_cov must be one of {['auto'] + sorted(_FAMILIES)} or a callable, got {q_cov!r}")
+        return _FAMILIES[q_cov]
+    return q_cov
+
+
