@@ -40,7 +40,6 @@ from jax.scipy.special import logsumexp
 from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
-from .approximations import CollapsedGP
 from .grid import Grid
 from .kernels import check_inputs
 
@@ -79,21 +78,6 @@ def _flatten(samples: dict) -> dict:
     return {k: jnp.reshape(v, (-1,) + v.shape[2:]) for k, v in samples.items()}
 
 
-def _collapsed_predictive(gp, samples, X, y, rng_key):
-    """Draws y ~ N(m_s, v_s + σ_s²) per posterior draw s from CollapsedGP's predictive marginals."""
-    @jax.jit
-    def draw(samples, X, y, rng_key):
-        flat = _flatten(samples)
-        out = gp.predict(X, X, y, samples=flat)
-        noise = jax.lax.map(lambda v: jnp.asarray(gp.components_from(v)[1].variance, X.dtype), flat)
-        scale = jnp.sqrt(out["f_var_draws"] + jnp.reshape(noise, (-1, 1)))
-        draws = out["f_mean_draws"] + scale * jax.random.normal(rng_key, scale.shape, scale.dtype)
-        lead = next(iter(samples.values())).shape[:2]
-        return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
-
-    return draw(samples, X, y, rng_key)
-
-
 def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=None, coords=None,
                  dims=None, predictive=True, log_likelihood=True, rng_key=None,
                  attrs=None) -> az.InferenceData:
@@ -120,7 +104,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
               "observed_data": {"y": np.asarray(y)}, "constant_data": {"X": np.asarray(points)}}
     if sample_stats:
         groups["sample_stats"] = sample_stats
-    if log_likelihood and not isinstance(gp, CollapsedGP):
+    if log_likelihood and gp.pointwise_likelihood:
         # jit at the boundary: one compilation instead of op-by-op dispatch
         ll = jax.jit(lambda s, X, y: _numpyro_log_likelihood(gp.model, s, X, y, batch_ndims=2, **kw))(
             samples, X, y)
@@ -129,11 +113,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
         if ll:
             groups["log_likelihood"] = ll
     if predictive:
-        if isinstance(gp, CollapsedGP):
-            pp = _collapsed_predictive(gp, samples, X, y, rng_key)
-        else:
-            pp = jax.jit(lambda s, key, X: Predictive(gp.model, posterior_samples=s, batch_ndims=2)(
-                key, X, **kw))(samples, rng_key, X)
+        pp = jax.jit(lambda s, key, X, y: gp.posterior_predictive(s, key, X, y, **kw))(samples, rng_key, X, y)
         groups["posterior_predictive"] = {k: np.asarray(v) for k, v in pp.items()
                                           if k not in samples and v.shape[2:] == (N,)}
     base_attrs = {"inference_library": "numpyro", "approximation": type(gp).__name__}
@@ -308,10 +288,8 @@ def _predict_kwargs(gp, idata, max_draws):
 def _predict(gp, idata, X_new, kw):
     """gp.predict under one jit (validation of X_new first, outside the trace)."""
     X_new = check_inputs(X_new, "X_new")
-    if isinstance(gp, CollapsedGP):
-        X, y = jnp.asarray(idata.constant_data["X"].values), jnp.asarray(idata.observed_data["y"].values)
-        return jax.jit(lambda Xn, X, y, kw: gp.predict(Xn, X, y, **kw))(X_new, X, y, kw)
-    return jax.jit(lambda Xn, kw: gp.predict(Xn, **kw))(X_new, kw)
+    X, y = jnp.asarray(idata.constant_data["X"].values), jnp.asarray(idata.observed_data["y"].values)
+    return jax.jit(lambda Xn, X, y, kw: gp.with_data(X, y).predict(Xn, **kw))(X_new, X, y, kw)
 
 
 def predict(gp, idata, X_new, *, max_draws: int | None = None) -> dict:

@@ -186,7 +186,7 @@ def test_collapsed_gp_under_nuts_and_svi_recovers_noise():
     mcmc.run(jax.random.PRNGKey(1), X, y)
     s = mcmc.get_samples()
     assert 0.05 < float(jnp.median(s["likelihood_variance"])) < 0.15
-    pred = gp.predict(X, X, y, samples=s)
+    pred = gp.with_data(X, y).predict(X, samples=s)
     assert float(jnp.mean((pred["f_mean"] - jnp.sin(6 * X[:, 0])) ** 2)) < 0.02
 
 
@@ -296,14 +296,14 @@ def test_predict_refuses_missing_sample_sites_and_collapsed_params():
     collapsed = psg.CollapsedGP(psg.InducingPoints(X), kernel, Gaussian(dist.LogNormal(-2.0, 1.0)))
     with pytest.raises(ValueError, match="predict: params is missing 'kernel_lengthscale_map', "
                                          "'likelihood_variance_map'"):
-        collapsed.predict(X, X, y, params={"kernel_variance_map": 1.2})
+        collapsed.with_data(X, y).predict(X, params={"kernel_variance_map": 1.2})
     point = {"kernel_variance_map": 1.2, "kernel_lengthscale_map": 0.3, "likelihood_variance_map": NOISE}
     mean, var = dense_posterior(X, y, X)  # Z = X: the exact GP at KERNEL's values
-    pred = collapsed.predict(X, X, y, params=point)
+    pred = collapsed.with_data(X, y).predict(X, params=point)
     np.testing.assert_allclose(pred["f_mean"], mean, atol=1e-6)
     np.testing.assert_allclose(pred["f_var"], var, atol=1e-6)
     with pytest.raises(ValueError, match="samples is missing 'likelihood_variance'"):
-        collapsed.predict(X, X, y, samples={k: v for k, v in draws.items() if k != "f_v"})
+        collapsed.with_data(X, y).predict(X, samples={k: v for k, v in draws.items() if k != "f_v"})
     with pytest.raises(ValueError, match="optimal_q: values is missing 'kernel_lengthscale'"):
         collapsed.optimal_q({"kernel_variance": 1.0, "likelihood_variance": NOISE}, X, y)
 

@@ -185,7 +185,7 @@ def test_prediction_with_statistics_and_streaming_conditional(dense_stats):
 
     @jax.jit
     def predictions(Xs, X, y):
-        p_data = gp.predict(Xs, X, y, params=params)
+        p_data = gp.with_data(X, y).predict(Xs, params=params)
         p_stats = stored.predict(Xs, params=params)
         m_v, S_v = stored.optimal_q(values)
         return p_data, p_stats, m_v, S_v.to_dense()

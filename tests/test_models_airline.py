@@ -56,7 +56,7 @@ def test_model_predictions_equal_generic_collapsed_gp(csv_path):
     data = airline.prepare(X, y, seed=0)
     raw = airline.make_gp(gp.feature)  # no statistics: from (X, y)
     params = {k + "_map": val for k, val in values.items()}
-    ref = jax.jit(lambda Xs, X, y: raw.predict(Xs, X, y, params=params))(
+    ref = jax.jit(lambda Xs, X, y: raw.with_data(X, y).predict(Xs, params=params))(
         jnp.asarray(data["X_test"]), jnp.asarray(data["X"]), jnp.asarray(data["y"]))
     # NUFFT statistics and projections at eps = 1e-12: agreement far inside 1e-8
     np.testing.assert_allclose(m, ref["f_mean"], atol=1e-8)

@@ -14,6 +14,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import Distribution
+from numpyro.infer import Predictive
 
 from ..covariances import Kuu
 from ..features.base import InducingFeature
@@ -149,6 +150,22 @@ class GPModel:
                 raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
             y = likelihood.validate(y, "y")
         return X, y
+
+    #: whether the model's factor ``y`` has one term per observation (for ArviZ's log_likelihood group)
+    pointwise_likelihood = True
+
+    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+        """One draw of the model's predictive sites (``y``, and the latent ``f``) per posterior draw;
+        ``samples`` ``{site: (chain, draw, ...)}``. Default: NumPyro's ``Predictive`` of :meth:`model`
+        with ``y=None``."""
+        return Predictive(self.model, posterior_samples=samples, batch_ndims=2)(rng_key, X, **model_kwargs)
+
+    def with_data(self, X, y) -> "GPModel":
+        """This approximation holding its training data for :meth:`predict`: those that condition on the
+        data at prediction time (the collapsed ones) return a copy that holds them; the others, whose
+        fitted q(u) or draws of u already carry the data, return themselves. So ``gp.with_data(X,
+        y).predict(X_new, params=... or samples=...)`` serves every approximation."""
+        return self
 
     def point_guide(self, *args, **kwargs):
         """Guide with a point mass (Delta at a constrained param ``<site>_map``) on every hyperparameter."""

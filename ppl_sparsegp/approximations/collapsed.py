@@ -33,6 +33,7 @@ References:
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import jax
@@ -141,10 +142,13 @@ class CollapsedGP(GPModel):
     The model adds ``numpyro.factor("y", collapsed bound)``; with :meth:`point_guide` under SVI this is
     type-II MAP of the hyperparameters, under NUTS a posterior over them. ``y`` is centred by ``mean``.
 
-    :param statistics: optional precomputed :class:`~ppl_sparsegp.collapsed.SufficientStatistics` of all
-        training data (for VFF with the data inside the box: ``fourier_statistics``), used by
-        :meth:`model`, :meth:`optimal_q` and :meth:`predict` whenever they are not given others; the
-        (X, y) passed to those methods are then ignored (a runner may pass a small subsample).
+    :param statistics: optional precomputed :class:`~ppl_sparsegp.covariances.SufficientStatistics` of
+        all training data (for VFF with the data inside the box: ``sufficient_statistics``, one streaming
+        pass), used by :meth:`model`, :meth:`optimal_q` and :meth:`predict` whenever they are not given
+        others; the (X, y) passed to :meth:`model` are then ignored (a runner may pass a small subsample).
+
+    :meth:`predict` has the signature of every approximation (``X_new, *, params, samples``); the
+    training data it conditions on are the precomputed statistics or those of :meth:`with_data`.
     """
 
     def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f",
@@ -153,12 +157,24 @@ class CollapsedGP(GPModel):
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError("CollapsedGP needs a Gaussian likelihood; use SparseGP for "
                              f"{type(self.likelihood).__name__}")
-        self.precomputed = statistics
+        self.precomputed, self.data = statistics, None
         if statistics is not None:
             self._check_statistics(statistics)
             self.precomputed = statistics.with_root()  # once, not per step
 
     guide = GPModel.point_guide
+    pointwise_likelihood = False  # the bound is one scalar factor
+
+    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+        """y ~ N(m_s, v_s + σ_s²) per posterior draw s, from the per-draw predictive marginals at X
+        conditioned on (X, y) (or the held statistics)."""
+        lead = next(iter(samples.values())).shape[:2]
+        flat = {k: jnp.reshape(v, (-1,) + v.shape[2:]) for k, v in samples.items()}
+        out = self.with_data(X, y).predict(X, samples=flat)
+        noise = jax.lax.map(lambda v: jnp.asarray(self.components_from(v)[1].variance, out["f_mean"].dtype), flat)
+        scale = jnp.sqrt(out["f_var_draws"] + jnp.reshape(noise, (-1, 1)))
+        draws = out["f_mean_draws"] + scale * jax.random.normal(rng_key, scale.shape, scale.dtype)
+        return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
 
     def statistics(self, feature, kernel, X, y):
         """Sufficient statistics of the data (a family may stream them; see VFF)."""
@@ -204,7 +220,10 @@ class CollapsedGP(GPModel):
 
     def optimal_q(self, values: dict, X=None, y=None, *, statistics: SufficientStatistics | None = None):
         """The optimal whitened q(v) = N(m_v, S_v) at the given hyperparameter values (site values: one
-        posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``)."""
+        posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``),
+        for the given (X, y) or ``statistics``, else the data the model holds (:meth:`with_data`)."""
+        if X is None and y is None and statistics is None and self.precomputed is None:
+            X, y = self._training_data("optimal_q")
         _require(f"{type(self).__name__}.optimal_q", "values", values,
                  _site_names(self, self.components, "sample"),
                  "pass gp.point_values(svi_result.params) or one draw of mcmc.get_samples()")
@@ -212,17 +231,24 @@ class CollapsedGP(GPModel):
         stats, _ = self._centred_statistics(feature, kernel, c, X, y, statistics)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
-    def predict(self, X_new, X=None, y=None, *, params: dict | None = None, samples: dict | None = None,
-                statistics: SufficientStatistics | None = None):
+    def with_data(self, X, y) -> "CollapsedGP":
+        """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
+        copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
+        out = copy.copy(self)
+        out.data = (X, y)
+        return out
+
+    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``); the
-        training data enter as (X, y) or as precomputed ``statistics``."""
+        training data are those the model holds (:meth:`with_data`, or precomputed ``statistics``)."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
         X_new = check_inputs(X_new, "X_new")
+        X, y = self._training_data("predict")
 
         def one(values):
             kernel, likelihood, feature, c = self.components_from(values)
-            m_v, S_v = self.optimal_q(values, X, y, statistics=statistics)
+            m_v, S_v = self.optimal_q(values, X, y)
             m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
             return m + c, v, v + likelihood.variance
 
@@ -234,3 +260,10 @@ class CollapsedGP(GPModel):
         ms, vs, yvs = jax.lax.map(one, samples)
         return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
                 "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs}
+
+    def _training_data(self, method: str):
+        """(X, y) held by the model, or (None, None) when it holds precomputed statistics."""
+        if self.data is None and self.precomputed is None:
+            raise ValueError(f"{type(self).__name__}.{method} needs the training data: call "
+                             f"gp.with_data(X, y).{method}(...), or build the model with statistics=")
+        return self.data if self.data is not None else (None, None)
