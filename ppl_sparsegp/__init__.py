@@ -30,7 +30,7 @@ from .features import (AdditiveFeatures, AdditiveOrthogonal, FourierFeatures, Ha
                        TrigonometricFeatures)
 from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
-from .kernels import Additive, Matern12, Matern32, Matern52, Product, SphereEmbedded, SquaredExponential
+from .kernels import Additive, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
 from .parameters import Param
 
@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # kernels
-    "SquaredExponential", "Matern12", "Matern32", "Matern52", "Additive", "Product", "SphereEmbedded",
+    "SquaredExponential", "Matern12", "Matern32", "Matern52", "Periodic", "Additive", "Product", "SphereEmbedded",
     # likelihoods
     "Gaussian", "Poisson", "Bernoulli", "StudentT", "Softmax", "RobustMax",
     # features and their dispatchers

@@ -34,7 +34,7 @@ from jax.scipy.special import gammaln
 from .parameters import Module, check_finite, is_concrete
 from .grid import Grid
 
-__all__ = ["SphereEmbedded", "constant_kernel_diagonal", "Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
+__all__ = ["Periodic", "SphereEmbedded", "constant_kernel_diagonal", "Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
            "Additive", "Product", "check_inputs"]
 
 
@@ -246,6 +246,64 @@ class Matern52(_Matern):
         return (1.0 + s + s**2 / 3.0) * jnp.exp(-s)
 
 
+class Periodic(Kernel):
+    r"""The periodic (exp-sine-squared) kernel on one input dimension [1, eq. 47]:
+    :math:`k(x, x') = \sigma^2\exp\big(-2\sin^2(\pi(x-x')/p)/\ell^2\big)`.
+
+    Its Fourier series :math:`k(\tau) = \sum_{j\ge 0} q_j\cos(2\pi j\tau/p)` has
+    :math:`q_0 = \sigma^2 e^{-1/\ell^2}I_0(1/\ell^2)`, :math:`q_j = 2\sigma^2 e^{-1/\ell^2}I_j(1/\ell^2)`
+    (modified Bessel functions), computed by :meth:`fourier_coefficients`. With
+    :class:`~ppl_sparsegp.features.FourierFeatures` on one period (b − a = p) Kuu is exactly diagonal and
+    the approximation is the truncated series (see ``features/fourier.py``).
+
+    :param variance: :math:`\sigma^2 > 0`.
+    :param lengthscale: :math:`\ell > 0` (scalar).
+    :param period: :math:`p > 0` (scalar).
+
+    References:
+        1. MacKay (1998), Introduction to Gaussian processes; Rasmussen & Williams (2006), eq. 4.31.
+    """
+
+    _params = ("variance", "lengthscale", "period")
+    _positive = ("variance", "lengthscale", "period")
+
+    def __init__(self, variance=1.0, lengthscale=1.0, period=1.0):
+        for name, value in (("variance", variance), ("lengthscale", lengthscale), ("period", period)):
+            if is_concrete(value) and jnp.ndim(value) != 0:
+                raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")
+        self._set(variance=variance, lengthscale=lengthscale, period=period)
+
+    @property
+    def input_dim(self):
+        return 1
+
+    def profile_of_lag(self, tau):
+        """k(τ)/σ² for lags τ."""
+        return jnp.exp(-2.0 * jnp.sin(jnp.pi * tau / self.period) ** 2 / self.lengthscale**2)
+
+    def __call__(self, X1, X2=None):
+        x1 = check_inputs(as_points(X1), "X1", 1)[:, 0]
+        x2 = x1 if X2 is None else check_inputs(as_points(X2), "X2", 1)[:, 0]
+        return self.variance * self.profile_of_lag(x1[:, None] - x2[None, :])
+
+    def diag(self, X):
+        X = check_inputs(X, "X", 1)
+        return jnp.full(X.shape[:1], self.variance, dtype=jnp.result_type(X.dtype, float))
+
+    def fourier_coefficients(self, num: int, *, nodes: int | None = None):
+        r""":math:`q_0, \dots, q_{num-1}` by the trapezoid rule on one period (an FFT of k at ``nodes``
+        equispaced lags). The integrand is periodic and analytic, so the rule is exact up to aliasing,
+        :math:`\hat q_j = q_j + \sum_{m\ne 0} q_{|j+mK|}`, which decays like :math:`(2\ell^2)^{-K}/K!`;
+        the default K = max(4·num, 64) + ⌈8/ℓ²⌉ is at rounding for ℓ ≥ 0.2."""
+        if nodes is None:
+            inv = 1.0 / float(self.lengthscale) ** 2 if is_concrete(self.lengthscale) else 25.0
+            nodes = max(4 * num, 64) + int(math.ceil(8 * inv))
+        tau = self.period * jnp.arange(nodes) / nodes
+        c = jnp.fft.rfft(self.variance * self.profile_of_lag(tau)).real / nodes
+        q = jnp.concatenate([c[:1], 2.0 * c[1:]])
+        return q[:num]
+
+
 class _Combination(Kernel):
     """Kernels acting on one input column each: ``kernels[d]`` sees column d."""
 
@@ -317,7 +375,7 @@ def constant_kernel_diagonal(kernel):
 
     :raises ValueError: for any other kernel.
     """
-    if isinstance(kernel, Stationary):
+    if isinstance(kernel, (Stationary, Periodic)):
         return jnp.asarray(kernel.variance)
     if isinstance(kernel, Additive):
         return sum(constant_kernel_diagonal(k) for k in kernel.kernels)

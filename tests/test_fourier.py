@@ -275,3 +275,27 @@ def test_kuf_inside_the_box_skips_the_edge_formulas_and_equals_them():
         traced = jax.jit(lambda X: psg.Kuf(f, k, X))(x)
         np.testing.assert_allclose(concrete, traced, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(concrete, f.basis(x[:, 0]), rtol=1e-12, atol=1e-12)
+
+
+def test_periodic_kernel_on_one_period_is_the_truncated_fourier_series():
+    """For Periodic on FourierFeatures(a, a + p, M): Kuu is exactly diagonal (q_j) and
+    K_fu K_uu⁻¹ K_uf equals the first M terms of the kernel's Fourier series, at any x (inside the box
+    or not: the features are periodic); the error against the dense kernel is the series' tail."""
+    from scipy.special import ive
+
+    k = psg.Periodic(1.3, 0.7, 2.0)
+    f = FourierFeatures(0.5, 2.5, 8)
+    Kuu = psg.Kuu(f, k)
+    assert isinstance(Kuu, psg.linalg.Diagonal)
+    x = np.linspace(-3.0, 5.0, 23)[:, None]
+    Q = psg.Kuf(f, k, x).T @ Kuu.solve(psg.Kuf(f, k, x))
+    j, z = np.arange(8), 1.0 / 0.7**2
+    q = 1.3 * ive(j, z) * np.r_[1.0, 2.0 * np.ones(7)]
+    series = np.sum(q[:, None, None] * np.cos(2 * np.pi * j[:, None, None] * (x - x.T)[None] / 2.0), axis=0)
+    np.testing.assert_allclose(Q, series, atol=1e-12)
+    tail = 1.3 * 2 * ive(np.arange(8, 40), z).sum()
+    assert np.abs(Q - k(x)).max() <= tail * (1 + 1e-6)
+    with pytest.raises(ValueError, match="one period"):
+        psg.Kuu(FourierFeatures(0.0, 3.0, 8), k)
+    with pytest.raises(ValueError, match="fixed period"):
+        jax.jit(lambda p: psg.Kuu(f, psg.Periodic(1.0, 1.0, p)).diagonal())(2.0)  # a traced (sampled) period

@@ -130,3 +130,25 @@ def test_bad_inputs():
         k(jnp.array([[0.0, jnp.nan]]))
     with pytest.raises(ValueError, match="non-empty sequence"):
         K.Additive([])
+
+
+@pytest.mark.parametrize("lengthscale", [0.3, 0.7, 2.0])
+def test_periodic_gram_and_fourier_series(lengthscale):
+    """The Gram matrix against the exp-sine-squared formula, and the Fourier coefficients against the
+    closed form q_0 = σ² e^{-z} I_0(z), q_j = 2σ² e^{-z} I_j(z), z = 1/ℓ² (scipy's ``ive``)."""
+    k = K.Periodic(1.3, lengthscale, 2.5)
+    x = np.linspace(-3.0, 4.0, 9)[:, None]
+    d = x - x.T
+    np.testing.assert_allclose(k(x), 1.3 * np.exp(-2 * np.sin(np.pi * d / 2.5) ** 2 / lengthscale**2),
+                               rtol=1e-13)
+    np.testing.assert_allclose(k.diag(x), 1.3)
+    z = 1.0 / lengthscale**2
+    ref = 1.3 * special.ive(np.arange(12), z) * np.r_[1.0, 2.0 * np.ones(11)]
+    np.testing.assert_allclose(k.fourier_coefficients(12), ref, rtol=1e-10, atol=1e-15)
+
+
+def test_periodic_bad_hyperparameters():
+    with pytest.raises(ValueError, match="period must be a scalar"):
+        K.Periodic(1.0, 1.0, np.ones(2))
+    with pytest.raises(ValueError):
+        K.Periodic(-1.0, 1.0, 1.0)

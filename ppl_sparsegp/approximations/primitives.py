@@ -26,14 +26,17 @@ References:
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpyro
+from numpyro.distributions import Distribution
 
 from ..conditionals import conditional
 from ..covariances import Kuu
 from ..gaussian import StructuredNormal
 from ..kernels import check_inputs
 from ..linalg import Identity
+from ..parameters import Param, instantiate
 from .variational import resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
@@ -52,20 +55,58 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
     return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm)), Kmm
 
 
-def spectral_gp(name: str, feature, kernel, X, *, whiten: bool = True, return_variance: bool = False):
-    """Add a latent GP with the given inducing features to the current model; return f(X).
+def _as_inputs(X, name):
+    """(N, D) inputs; a vector of shape (N,) is one input dimension (as ``numpyro.contrib.hsgp`` takes)."""
+    if not hasattr(X, "points") and jnp.ndim(X) == 1:
+        X = jnp.asarray(X)[:, None]
+    return check_inputs(X, name)
 
-    :param name: prefix of the sample site.
+
+def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = True,
+                return_variance: bool = False):
+    r"""Add a latent GP with the given inducing features to the current model; return f(X).
+
+    Contract: the returned f is the projected process :math:`K_{fu}K_{uu}^{-1}\mathbf u` (a deterministic
+    function of the inducing site, as HSGP's basis expansion is); ``return_variance=True`` also returns the
+    residual :math:`k_{nn} - [K_{fu}K_{uu}^{-1}K_{uf}]_{nn}` for a likelihood that integrates it (an
+    expected log-likelihood). Every feature family works, for the kernels it registers ``Kuu``/``Kuf``
+    for (another kernel raises ``NotImplementedError`` naming the supported ones). Per gradient a sampled
+    hyperparameter costs one ``Kuu`` factorisation (O(M) for VFF's diagonal + low rank, O(M³) for
+    inducing points) and one M × N ``Kuf``.
+
+    :param name: prefix of the sample sites: ``<name>_v`` (whitened) or ``<name>_u``, and, for a kernel
+        template, ``<name>_kernel_<field>``.
     :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (concrete, not a template).
-    :param kernel: a concrete kernel (its hyperparameters may be sampled values).
-    :param X: inputs (N, D).
+    :param kernel: a kernel: concrete (its hyperparameters may be values sampled by the model) or a
+        template whose fields are NumPyro distributions (sampled here as ``<name>_kernel_<field>``) or
+        :class:`~ppl_sparsegp.parameters.Param` (``numpyro.param`` sites).
+    :param X: inputs (N, D), or (N,) for one input dimension.
+    :param X_new: optional inputs at which to predict with the same inducing variables (site
+        ``<name>_new`` records f there, so ``numpyro.infer.Predictive`` of the model returns it per
+        posterior draw); then the call returns ``(f, f_new)`` (with variances: ``((f, var), (f_new,
+        var_new))``). Inputs outside a feature's domain raise, as for X.
     :param whiten: sample v ~ N(0, I) with u = R v (default) or u ~ N(0, Kuu).
-    :param return_variance: also return the residual variance at X.
+    :param return_variance: also return the residual variance.
     """
-    X = feature.check_inputs(check_inputs(X, "X"))
+    kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
+    X = feature.check_inputs(_as_inputs(X, "X"))
     value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
     mean, var = conditional(feature, kernel, X, value, whiten=whiten, Kmm=Kmm)
-    return (mean, var) if return_variance else mean
+    out = (mean, var) if return_variance else mean
+    if X_new is None:
+        return out
+    X_new = feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new")
+    mean_new, var_new = conditional(feature, kernel, X_new, value, whiten=whiten, Kmm=Kmm)
+    numpyro.deterministic(f"{name}_new", mean_new)
+    return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _is_template(module) -> bool:
+    """Whether a module has fields to sample or optimise (NumPyro distributions or Params)."""
+    def free(v):
+        return isinstance(v, (Distribution, Param))
+
+    return any(free(leaf) for leaf in jax.tree.leaves(module, is_leaf=free))
 
 
 def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):

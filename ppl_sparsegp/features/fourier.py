@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..parameters import is_concrete
-from ..kernels import Matern12, Matern32, Matern52, check_inputs
-from ..linalg import DiagPlusLowRank
+from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
+from ..linalg import DiagPlusLowRank, Diagonal
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature
 
@@ -210,3 +210,32 @@ def _kuf_fourier(feature, kernel, X):
     cos_rows = jnp.where(outside, cos_edge, jnp.cos(t))
     sin_rows = jnp.where(outside, (x - xc)[None, :] * w * sin_edge, jnp.sin(t))
     return jnp.concatenate([cos_rows, sin_rows[1:]], axis=0)
+
+
+# --- the periodic kernel on one period -------------------------------------------------------------
+# With b − a = p and k(τ) = Σ_j q_j cos(ω_j τ) (ω_j = 2πj/p, Periodic.fourier_coefficients), the features
+# u_j = (1/p)·∫ f φ_0 and (2/p)·∫ f φ_j over one period give cov(u_j, f(x)) = q_j φ_j(x) for every x
+# (k is periodic) and cov(u_j, u_k) = q_j δ_jk: Kuu is exactly diagonal and
+# K_fu K_uu⁻¹ K_uf (x, x') = Σ_{j<M} q_j cos(ω_j (x − x')), the series truncated after M terms.
+def _periodic_coefficients(feature, kernel):
+    if not is_concrete(kernel.period):
+        raise ValueError("FourierFeatures with a Periodic kernel need a fixed period (the box is one period): "
+                         "give period as a number, not a prior")
+    p = float(kernel.period)
+    if abs((feature.b - feature.a) - p) > 1e-9 * p:
+        raise ValueError(f"FourierFeatures for a Periodic kernel must span one period: b − a = "
+                         f"{feature.b - feature.a:g} but period = {p:g}; use FourierFeatures(a, a + period, M)")
+    q = kernel.fourier_coefficients(feature.num_frequencies)
+    return jnp.concatenate([q, q[1:]])
+
+
+@Kuu.register(FourierFeatures, Periodic)
+def _kuu_periodic(feature, kernel):
+    return Diagonal(_periodic_coefficients(feature, kernel))
+
+
+@Kuf.register(FourierFeatures, Periodic)
+def _kuf_periodic(feature, kernel, X):
+    X = feature.check_inputs(X)
+    x = X[:, 0].astype(jnp.result_type(X.dtype, float))
+    return _periodic_coefficients(feature, kernel)[:, None] * feature.basis(x)

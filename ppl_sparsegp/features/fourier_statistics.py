@@ -76,8 +76,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..covariances import Kuu, SufficientStatistics, sufficient_statistics
-from ..kernels import Kernel, constant_kernel_diagonal
+from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
+from ..kernels import Additive, Kernel, Matern12, Matern32, Matern52, constant_kernel_diagonal
 from .combinations import AdditiveFeatures
 from .fourier import FourierFeatures
 
@@ -490,6 +490,10 @@ def _projection_operands(feature, kernel, q_mu, q_cov, Kmm, whiten):
 @sufficient_statistics.register(FourierFeatures, Kernel)
 @sufficient_statistics.register(AdditiveFeatures, Kernel)
 def _fourier_sufficient_statistics(feature, kernel, X, y, **options):
-    """VFF with every input inside the box: Kuf does not depend on the kernel, so the statistics are
-    :func:`fourier_statistics` (one streaming pass; ``options`` as there)."""
+    """VFF with Matérn kernels and every input inside the box: Kuf is the kernel-free basis, so the
+    statistics are :func:`fourier_statistics` (one streaming pass; ``options`` as there). Other kernels
+    (e.g. Periodic, whose Kuf scales the basis by its Fourier coefficients) take the dense default."""
+    kernels = kernel.kernels if isinstance(kernel, Additive) else (kernel,)
+    if not all(isinstance(k, (Matern12, Matern32, Matern52)) for k in kernels):
+        return SufficientStatistics.from_kuf(Kuf(feature, kernel, jnp.asarray(X)), jnp.asarray(y))
     return fourier_statistics(feature, X, y, **options)
