@@ -21,6 +21,9 @@ from ppl_sparsegp.linalg import (
     Kronecker,
     KroneckerSum,
     LinearOperator,
+    StackedBlockDiag,
+    stacked_cholesky,
+    triangular_inverse,
 )
 
 RTOL, ATOL = 1e-9, 1e-10
@@ -73,10 +76,15 @@ def cases():
                                      g.dplr(3, 2))),
         "kron_sum": KroneckerSum((np.linalg.cholesky(g.spd(3)), np.linalg.cholesky(g.spd(4))),
                                  (g.normal(3, 3), g.normal(4, 2))),
+        # 2x2 blocks: the 3-column right-hand sides take the inverse-factor path, vectors the solve path
+        "stacked": StackedBlockDiag(np.stack([g.spd(2) for _ in range(4)])),
     }
 
 
 NAMES = list(cases())
+
+
+TRACE_KINDS = ("dense", "diagonal", "identity", "dplr")  # S in trace_solve: the forms held as diag + factor
 
 
 @jax.jit
@@ -85,12 +93,12 @@ def _evaluate(op, inp):
     primitives per case would dominate the test time; eager execution is checked separately)."""
     out = {"dense": op.to_dense(), "sqrt": op.sqrt(), "logdet": op.logdet(),
            "diagonal": op.diagonal(), "inv_quad": op.inv_quad(inp["v"]),
-           "matmul_op": op @ inp["M"]}
+           "matmul_op": op @ inp["M"], "inv_diagonal": op._inv_diagonal()}
     for method, keys in [("matmul", "vM"), ("solve", "vM"), ("whiten", "vM"),
                          ("sqrt_rmatmul", "vM"), ("sqrt_matmul", "wW")]:
         for k in keys:
             out[f"{method}_{k}"] = getattr(op, method)(inp[k])
-    for kind in ("dense", "diagonal", "dplr"):
+    for kind in TRACE_KINDS:
         out[f"trace_solve_{kind}"] = op.trace_solve(inp[f"S_{kind}"])
         out[f"S_{kind}"] = inp[f"S_{kind}"].to_dense()
     return out
@@ -102,7 +110,8 @@ def results(name):
     n, m = op.size, op.sqrt_cols
     g = _Draws(20000)
     inp = {"v": g.normal(n), "M": g.normal(n, 3), "w": g.normal(m), "W": g.normal(m, 3),
-           "S_dense": Dense(g.spd(n)), "S_diagonal": Diagonal(g.positive(n)), "S_dplr": g.dplr(n, 2)}
+           "S_dense": Dense(g.spd(n)), "S_diagonal": Diagonal(g.positive(n)), "S_dplr": g.dplr(n, 2),
+           "S_identity": Identity(n)}
     out = jax.tree_util.tree_map(np.asarray, _evaluate(op, inp))
     return op, {k: v for k, v in inp.items() if not k.startswith("S_")}, out
 
@@ -184,10 +193,16 @@ def test_whiten(res):
     close(np.sum(out["whiten_v"] ** 2), out["inv_quad"])
 
 
-@pytest.mark.parametrize("kind", ["dense", "diagonal", "dplr"])
+@pytest.mark.parametrize("kind", TRACE_KINDS)
 def test_trace_solve(res, kind):
     op, inp, out = res
     close(out[f"trace_solve_{kind}"], np.trace(np.linalg.solve(out["dense"], out[f"S_{kind}"])))
+
+
+def test_inv_diagonal(res):
+    # diag(K^{-1}): what trace_solve uses for the diagonal part of S
+    op, inp, out = res
+    close(out["inv_diagonal"], np.diagonal(np.linalg.inv(out["dense"])))
 
 
 def test_eager_matches_jit(res):
@@ -208,17 +223,29 @@ def test_trace_solve_structured_pairs():
     K = cases()["blockdiag"]
     S = BlockDiag((g.dplr(3, 1), Dense(g.spd(4)), Diagonal(g.positive(2))))
     close(trace(K, S), want(K, S))
-    # different block sizes: falls back to the general rule, still exact
+    # different block sizes: no blockwise rule, and a BlockDiag S is not held as diag + factor: raises
+    # (the former general rule formed S's dense square-root factor)
     S = BlockDiag((Dense(g.spd(5)), Diagonal(g.positive(4))))
-    close(trace(K, S), want(K, S))
+    with pytest.raises(NotImplementedError, match=r"BlockDiag does not implement trace_solve \(S: BlockDiag\)"):
+        K.trace_solve(S)
     # Kronecker with Kronecker of matching factor sizes: product of factor traces
     K = cases()["kron2"]
     S = Kronecker((Diagonal(g.positive(3)), Dense(g.spd(4))))
     close(trace(K, S), want(K, S))
+    # Kronecker with a KroneckerSum of matching factor sizes: two products of factor traces
+    S = KroneckerSum((np.linalg.cholesky(g.spd(3)), np.linalg.cholesky(g.spd(4))),
+                     (g.normal(3, 2), g.normal(4, 3)))
+    close(trace(K, S), want(K, S))
+    # (StackedBlockDiag with StackedBlockDiag, and BlockDiag with it: test_stacked_block_diag_against_dense)
     S = Dense(g.spd(5))
     close(Identity(5).trace_solve(S), np.trace(np.asarray(S.to_dense())))
     with pytest.raises(ValueError, match="size"):
         Identity(4).trace_solve(S)
+    # a pair with no fast rule raises instead of forming S's dense factor
+    with pytest.raises(NotImplementedError, match="Kronecker does not implement trace_solve.*StackedBlockDiag"):
+        cases()["kron2"].trace_solve(StackedBlockDiag(np.stack([g.spd(3) for _ in range(4)])))
+    with pytest.raises(NotImplementedError, match="DiagPlusLowRank does not implement trace_solve.*KroneckerSum"):
+        g.dplr(12, 1).trace_solve(cases()["kron_sum"])
 
 
 def test_dense_from_cholesky_and_jitter():
@@ -230,6 +257,62 @@ def test_dense_from_cholesky_and_jitter():
     opj = Dense(K, jitter=0.5)
     close(opj.to_dense(), K + 0.5 * np.eye(5))
     close(opj.logdet(), np.linalg.slogdet(K + 0.5 * np.eye(5))[1])
+
+
+# ---------------------------------------------------------------------------------------------
+# StackedBlockDiag and the Cholesky helpers (stacks of small blocks)
+# ---------------------------------------------------------------------------------------------
+def _random_blocks(key, T, m, scale=0.5):
+    L = np.tril(np.random.default_rng(key).normal(size=(T, m, m))) * scale
+    L[:, np.arange(m), np.arange(m)] = np.abs(L[:, np.arange(m), np.arange(m)]) + 0.3
+    return L
+
+
+def test_stacked_block_diag_against_dense():
+    """The stacked operator of the HVGP's Kuu and q: every operation against the dense block-diagonal
+    matrix, with many (inverse-factor path) and few (triangular-solve path) right-hand sides."""
+    rng = np.random.default_rng(11)
+    T, m = 3, 5
+    A = rng.normal(size=(T, m, m))
+    K = A @ A.transpose(0, 2, 1) + 0.1 * np.eye(m)
+    op = StackedBlockDiag(K, jitter=1e-3)
+    Kd = np.kron(np.eye(T), np.zeros((m, m)))
+    for t in range(T):
+        Kd[t * m:(t + 1) * m, t * m:(t + 1) * m] = K[t] + 1e-3 * np.eye(m)
+    L = np.linalg.cholesky(Kd)  # block-diagonal too
+    np.testing.assert_allclose(np.asarray(op.to_dense()), Kd, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(op.sqrt()), L, atol=1e-12)
+    np.testing.assert_allclose(float(op.logdet()), np.linalg.slogdet(Kd)[1], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(op.diagonal()), np.diag(Kd), rtol=1e-12)
+    for k in (1, 2 * m):  # k > m: through L⁻¹
+        B = rng.normal(size=(T * m, k))
+        np.testing.assert_allclose(np.asarray(op.matmul(B)), Kd @ B, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(op.solve(B)), np.linalg.solve(Kd, B), rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(op.whiten(B)), np.linalg.solve(L, B), rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(op.sqrt_matmul(B)), L @ B, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(op.sqrt_rmatmul(B)), L.T @ B, atol=1e-12)
+    b = rng.normal(size=T * m)
+    np.testing.assert_allclose(float(op.inv_quad(b)), b @ np.linalg.solve(Kd, b), rtol=1e-9)
+    S = StackedBlockDiag.from_cholesky(_random_blocks(12, T, m))
+    np.testing.assert_allclose(float(op.trace_solve(S)), np.trace(np.linalg.solve(Kd, np.asarray(S.to_dense()))), rtol=1e-9)
+    blocks = BlockDiag(tuple(Dense(K[t], jitter=1e-3) for t in range(T)))  # the same matrix, block by block
+    np.testing.assert_allclose(float(blocks.trace_solve(S)), float(op.trace_solve(S)), rtol=1e-12)
+    assert all(isinstance(bl, Dense) for bl in op.blocks) and op.block_sizes == (m,) * T
+
+
+@pytest.mark.parametrize("m", [1, 3, 8, 13])
+def test_triangular_inverse_and_cholesky_gradient(m):
+    """triangular_inverse = L⁻¹ (powers of two and padded sizes); stacked_cholesky's reverse-mode rule
+    (products with L⁻¹ only) = JAX's Cholesky gradient, on a stack of SPD matrices."""
+    rng = np.random.default_rng(m)
+    A = rng.normal(size=(4, m, m))
+    K = A @ A.transpose(0, 2, 1) + 0.5 * np.eye(m)
+    L = np.linalg.cholesky(K)
+    np.testing.assert_allclose(np.asarray(triangular_inverse(L)), np.linalg.inv(L), rtol=1e-10, atol=1e-12)
+    C = rng.normal(size=(4, m, m))
+    ours = jax.jit(jax.grad(lambda K: jnp.sum(C * stacked_cholesky(K))))(K)
+    ref = jax.jit(jax.grad(lambda K: jnp.sum(C * jnp.linalg.cholesky(K))))(K)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-9, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +386,8 @@ def test_structured_ops_never_form_n_by_n(method):
     g = _Draws(36000)
     for op in [g.dplr(200, 3),
                Kronecker((Dense(g.spd(10)), g.dplr(20, 2))),
-               BlockDiag((g.dplr(150, 2), Diagonal(np.ones(50))))]:
+               BlockDiag((g.dplr(150, 2), Diagonal(np.ones(50)))),
+               StackedBlockDiag(np.stack([g.spd(4) for _ in range(50)]))]:
         n = op.size
         args = () if method in ("diagonal", "logdet") else (jnp.ones(n),)
         jaxpr = jax.make_jaxpr(lambda o, *a: getattr(o, method)(*a))(op, *args).jaxpr
@@ -362,3 +446,15 @@ def test_unimplemented_operation_raises():
 
     with pytest.raises(NotImplementedError, match="Bare does not implement solve"):
         Bare().solve(jnp.ones(2))
+    # the base has no dense fallback: trace_solve raises unless the structure implements it
+    for method, args in [("matmul", (jnp.ones(2),)), ("logdet", ()), ("diagonal", ()), ("sqrt", ()),
+                         ("sqrt_matmul", (jnp.ones(2),)), ("sqrt_rmatmul", (jnp.ones(2),)), ("to_dense", ()),
+                         ("trace_solve", (Identity(2),)), ("_inv_diagonal", ())]:
+        with pytest.raises(NotImplementedError, match="Bare does not implement"):
+            getattr(Bare(), method)(*args)
+
+    class DenseWithoutTrace(Dense):  # a structure that does not implement trace_solve
+        trace_solve = LinearOperator.trace_solve
+
+    with pytest.raises(NotImplementedError, match=r"DenseWithoutTrace does not implement trace_solve \(S: Diagonal\)"):
+        DenseWithoutTrace(np.eye(3)).trace_solve(Diagonal(np.ones(3)))
