@@ -14,7 +14,10 @@ noise variance 1e-2 down to 1e-4):
 * float32 (noise 1e-2): the float32 bound is finite, float32, and ≤ the float64 exact value up to
   float32 rounding, also in the cases that used to fail (B formed in float32, Rotation's dtype);
 * precomputed statistics (``fourier_statistics`` → ``with_root``) give the bound of the raw data;
-* ``CollapsedGP`` under SVI on the reproducer has finite losses (it had 300/300 NaN).
+* ``CollapsedGP`` under SVI on the reproducer has finite losses (it had 300/300 NaN);
+* on small, well-conditioned data the bound equals the exact log marginal likelihood when Z = X, equals
+  the dense Titsias formula, stays below exact for subsets; ``CollapsedGP`` under SVI and NUTS recovers
+  the noise variance.
 
 Random Fourier features are the exception: their Kuu, Kuf are not covariances of the GP prior
 (:math:`\operatorname{diag}(K_{ff} - Q_{ff}) = 0` but :math:`K_{ff} \ne Q_{ff}`, so
@@ -27,9 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+import numpyro.distributions as dist
 import pytest
 from numpyro.distributions import constraints
-from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO, TraceMeanField_ELBO
 from numpyro.infer.util import log_density
 
 import ppl_sparsegp as psg
@@ -363,3 +367,76 @@ def test_collapsed_gp_svi_on_the_issue_reproducer_is_finite():
     initial = float(_bound(InducingPoints(grid(20)), SE(1.0, 0.5), X, y, 1e-2))
     np.testing.assert_allclose(losses[0], -initial, rtol=1e-10)  # unconstrained round trip of the inits
     assert losses[-1] < losses[0]
+
+
+# --- the bound and CollapsedGP against the exact GP on small, well-conditioned data ----------------------
+NOISE = 0.05
+
+
+def data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 1, n))[:, None]
+    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
+
+
+def test_collapsed_equals_exact_when_z_is_x():
+    X, y = data()
+    exact = psg.exact_log_marginal_likelihood(KERNEL, X, y, NOISE)
+    bound = psg.collapsed_elbo(psg.InducingPoints(X), KERNEL, X, y, NOISE)
+    # jitter εσ² (ε = 1e-10) lowers the bound by about Nεσ²/(2σn²) ≈ 4e-8 ≪ 1e-6
+    np.testing.assert_allclose(bound, exact, atol=1e-6)
+    # independent dense reference for the exact value
+    K = np.asarray(KERNEL(X)) + NOISE * np.eye(len(X))
+    sign, logdet = np.linalg.slogdet(K)
+    ref = -0.5 * (y @ np.linalg.solve(K, y) + logdet + len(X) * np.log(2 * np.pi))
+    np.testing.assert_allclose(exact, ref, rtol=1e-12)
+
+
+def test_collapsed_below_exact_for_subsets():
+    X, y = data()
+    exact = psg.exact_log_marginal_likelihood(KERNEL, X, y, NOISE)
+    rng = np.random.default_rng(1)
+    previous = -np.inf
+    for m in (3, 8, 15, 29):
+        Z = X[np.sort(rng.choice(len(X), m, replace=False))]
+        bound = psg.collapsed_elbo(psg.InducingPoints(Z), KERNEL, X, y, NOISE)
+        assert bound < exact
+        previous = bound
+    assert exact - previous < 1.0  # 29 of 30 points: nearly tight
+
+
+def test_collapsed_matches_titsias_dense_formula():
+    """Independent dense evaluation: log N(y|0, Qff+σ²I) − tr(Kff−Qff)/(2σ²)."""
+    X, y = data()
+    Z = X[::4]
+    Kzz = np.asarray(KERNEL(Z)) + 1e-10 * 1.2 * np.eye(len(Z))
+    Kzx = np.asarray(KERNEL(Z, X))
+    Q = Kzx.T @ np.linalg.solve(Kzz, Kzx)
+    C = Q + NOISE * np.eye(len(X))
+    ref = (-0.5 * (y @ np.linalg.solve(C, y) + np.linalg.slogdet(C)[1] + len(X) * np.log(2 * np.pi))
+           - 0.5 * np.trace(np.asarray(KERNEL(X)) - Q) / NOISE)
+    np.testing.assert_allclose(psg.collapsed_elbo(psg.InducingPoints(Z), KERNEL, X, y, NOISE), ref,
+                               rtol=1e-9)
+
+
+def test_collapsed_gp_under_nuts_and_svi_recovers_noise():
+    rng = np.random.default_rng(4)
+    X = jnp.asarray(np.sort(rng.uniform(0, 1, 60))[:, None])
+    y = jnp.asarray(np.sin(6 * X[:, 0]) + 0.3 * rng.normal(size=60))
+    gp = psg.CollapsedGP(psg.InducingPoints(X[::4]),
+                         psg.Matern52(variance=dist.LogNormal(0, 1), lengthscale=dist.LogNormal(-1, 1)),
+                         Gaussian(variance=dist.LogNormal(-2, 1)))
+    svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.05), TraceMeanField_ELBO())
+    res = svi.run(jax.random.PRNGKey(0), 1500, X, y, progress_bar=False)
+    noise = res.params["likelihood_variance_map"]
+    assert 0.05 < noise < 0.15  # true 0.09
+    mcmc = MCMC(NUTS(gp.model), num_warmup=300, num_samples=300, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(1), X, y)
+    s = mcmc.get_samples()
+    assert 0.05 < float(jnp.median(s["likelihood_variance"])) < 0.15
+    pred = gp.with_data(X, y).predict(X, samples=s)
+    assert float(jnp.mean((pred["f_mean"] - jnp.sin(6 * X[:, 0])) ** 2)) < 0.02

@@ -1,11 +1,10 @@
-"""VFF inside NumPyro models: whitened vs centred targets, the pines LGCP density, the primitive."""
+"""VFF inside NumPyro models: whitened vs centred targets, the pines LGCP density."""
 import math
 from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer.util import log_density
@@ -110,52 +109,3 @@ def test_pines_log_density_equals_dense_computation(residual):
     # cell here (a count of 3, s² = 0.8) and falls to 1e-13 with 80 points (measured), so rtol 1e-5
     np.testing.assert_allclose(lp, ref, rtol=1e-9 if residual != "marginal" else 1e-5)
     assert y.sum() == 127  # all rows of the published file, as the paper's code
-
-
-def test_spectral_gp_with_fourier_features_in_user_model():
-    """The primitive with VFF inside a user's Bernoulli model: log joint vs dense."""
-    rng = np.random.default_rng(3)
-    X = jnp.asarray(rng.uniform(0, 1, (25, 1)))
-    labels = jnp.asarray(rng.integers(0, 2, 25))
-    feature = FourierFeatures(-1.0, 2.0, 6)
-
-    def model(X, y=None):
-        ell = numpyro.sample("ell", dist.LogNormal(-1.0, 0.5))
-        f = psg.spectral_gp("f", feature, psg.Matern52(1.0, ell), X)
-        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
-
-    v = rng.normal(size=11 + 3)  # 2M − 1 features plus rank 3 for Matérn-5/2
-    lp = _lp(model, (X, labels), {"ell": 0.3, "f_v": jnp.asarray(v)})
-    k = psg.Matern52(1.0, 0.3)
-    Kmm = psg.Kuu(feature, k)
-    f = np.asarray(psg.Kuf(feature, k, X)).T @ np.linalg.solve(np.asarray(Kmm.to_dense()),
-                                                              np.asarray(Kmm.sqrt()) @ v)
-    p = 1 / (1 + np.exp(-f))
-    ref = (stats.lognorm(0.5, scale=np.exp(-1.0)).logpdf(0.3) + stats.norm.logpdf(v).sum()
-           + np.sum(np.asarray(labels) * np.log(p) + (1 - np.asarray(labels)) * np.log1p(-p)))
-    np.testing.assert_allclose(lp, ref, rtol=1e-9)
-
-
-def test_two_kronecker_kl_equals_dense_kl():
-    from ppl_sparsegp.linalg import KroneckerSum
-
-    rng = np.random.default_rng(4)
-    Ls = tuple(np.tril(rng.normal(size=(n, n))) + 2 * np.eye(n) for n in (3, 5))
-    Js = tuple(rng.normal(size=(n, n)) * 0.3 for n in (3, 5))
-    S = KroneckerSum(Ls, Js)
-    m = rng.normal(size=15)
-    feature = KroneckerFeatures([FourierFeatures(-1, 2, 2), FourierFeatures(-1, 2, 3)])
-    kernel = psg.Product([psg.Matern12(1.0, 0.5), psg.Matern52(1.0, 0.3)])
-    Kmm = psg.Kuu(feature, kernel)
-    Kd, Sd = np.asarray(Kmm.to_dense()), np.asarray(S.to_dense())
-    dense = 0.5 * (np.trace(np.linalg.solve(Kd, Sd)) + m @ np.linalg.solve(Kd, m) - 15
-                   + np.linalg.slogdet(Kd)[1] - np.linalg.slogdet(Sd)[1])
-    np.testing.assert_allclose(psg.gaussian_kl(jnp.asarray(m), S, Kmm), dense, rtol=1e-9)
-    # whitened: p = N(0, I)
-    Sw = KroneckerSum(tuple(np.tril(rng.normal(size=(n, n))) + 2 * np.eye(n) for n in (4, 5)),
-                      tuple(rng.normal(size=(n, 2)) for n in (4, 5)))
-    mw = rng.normal(size=20)
-    Swd = np.asarray(Sw.to_dense())
-    densew = 0.5 * (np.trace(Swd) + mw @ mw - 20 - np.linalg.slogdet(Swd)[1])
-    np.testing.assert_allclose(psg.gaussian_kl(jnp.asarray(mw), Sw, psg.linalg.Identity(20)), densew,
-                               rtol=1e-9)

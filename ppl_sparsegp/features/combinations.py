@@ -119,7 +119,8 @@ def _outer(vectors):
 @conditional.register(KroneckerFeatures)
 def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
     """On a Grid, per-axis projections A_d: mean = (⊗A_d)ᵀ m by axis contractions, and
-    diag(K_fu K_uu⁻¹ K_uf) = ⊗_d colsums — O(M^D G) with no (M^D × G) matrix."""
+    diag(K_fu K_uu⁻¹ K_uf) = ⊗_d colsums — O(M^D G) with no (M^D × G) matrix. With ``q_cov`` the term
+    diag(Aᵀ S A) forms A = ⊗_d A_d (M^D × G), as the default forms Kuf."""
     if not isinstance(X, Grid):
         return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
     feature._check_kernel(kernel, Product)
@@ -138,8 +139,12 @@ def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False
     mean = T.reshape(-1)
     var = _outer(kffs) - _outer(qffs)
     if q_cov is not None:
-        A = _khatri_rao(As)
-        var = var + jnp.sum(A * q_cov.matmul(A), axis=0)
+        # A = ⊗_d A_d over rows and columns (the grid's points: first axis slowest), (M' × G); not the
+        # Khatri–Rao product, which pairs column n of every A_d and so needs equal axis lengths
+        A = As[0]
+        for B in As[1:]:
+            A = jnp.kron(A, B)
+        var = var + jnp.sum(A * q_cov.matmul(A), axis=0)  # diag(Aᵀ S A)
     return mean, jnp.maximum(var, 0.0)
 
 
