@@ -87,18 +87,35 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
         var_new))``). Inputs outside a feature's domain raise, as for X.
     :param whiten: sample v ~ N(0, I) with u = R v (default) or u ~ N(0, Kuu).
     :param return_variance: also return the residual variance.
+
+    **Several latent functions over one basis** (multi-output, hierarchical): call it inside
+    ``numpyro.plate("outputs", K)``; the inducing site gets the plate's batch shape (K, M') and f comes
+    back as (K, N), at the cost of one ``Kuf`` and one ``Kuu`` for all K (the hyperparameters are shared;
+    give each output its own amplitude by scaling f with a per-output site).
     """
     kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
     X = feature.check_inputs(_as_inputs(X, "X"))
     value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
-    mean, var = conditional(feature, kernel, X, value, whiten=whiten, Kmm=Kmm)
+    mean, var = _project(feature, kernel, X, value, whiten, Kmm)
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
     X_new = feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new")
-    mean_new, var_new = conditional(feature, kernel, X_new, value, whiten=whiten, Kmm=Kmm)
+    mean_new, var_new = _project(feature, kernel, X_new, value, whiten, Kmm)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _project(feature, kernel, X, value, whiten, Kmm):
+    """E[f(X) | u] and the residual variance; inside ``numpyro.plate``\ s the inducing value has leading
+    batch dimensions (one latent function per output or group) and the means come back with the same
+    leading dimensions, (..., N), from ONE Kuf and one solve with a matrix right-hand side."""
+    if jnp.ndim(value) == 1:
+        return conditional(feature, kernel, X, value, whiten=whiten, Kmm=Kmm)
+    lead = jnp.shape(value)[:-1]
+    flat = jnp.reshape(value, (-1, jnp.shape(value)[-1]))
+    mean, var = conditional(feature, kernel, X, flat.T, whiten=whiten, Kmm=Kmm)  # (N, B)
+    return jnp.reshape(mean.T, lead + (-1,)), var
 
 
 def _is_template(module) -> bool:

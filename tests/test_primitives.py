@@ -1,0 +1,221 @@
+"""The primitives for people's own models (:mod:`ppl_sparsegp.approximations.primitives`): ``spectral_gp``
+inside a user's model has the log joint of a dense hand computation (inducing points and VFF), and
+``inducing_guide`` is the matching q: under ``TraceMeanField_ELBO`` a model holding only ``spectral_gp``
+has loss KL(q ‖ p) exactly, which is checked against the dense KL of the guide's params (whitened and
+centred, full, diagonal and block-diagonal q), the guide starting at the prior (KL 0) with the params
+the docstrings name."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from numpyro.infer import TraceMeanField_ELBO
+from numpyro.infer.util import log_density
+from scipy import stats
+from scipy.linalg import block_diag
+
+import ppl_sparsegp as psg
+from ppl_sparsegp.features import FourierFeatures, HarmonicFeatures, InducingPoints
+from ppl_sparsegp.groups import Negation
+
+
+def data(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 1, n))[:, None]
+    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
+
+
+def _lp(model, args, values):
+    return float(jax.jit(lambda v: log_density(model, args, {}, v)[0])(values))
+
+
+def test_spectral_gp_primitive_log_density():
+    """The primitive inside a user's Poisson model: log joint equals a dense hand computation."""
+    X, _ = data(12)
+    Z = X[::3]
+    counts = jnp.arange(12) % 4
+
+    def model(X, y=None):
+        f = psg.spectral_gp("g", psg.InducingPoints(Z), KERNEL, X)
+        numpyro.sample("y", dist.Poisson(jnp.exp(f)), obs=y)
+
+    v = jax.random.normal(jax.random.PRNGKey(0), (4,))
+    lp = _lp(model, (X, counts), {"g_v": v})
+    Kzz = np.asarray(KERNEL(Z)) + 1e-10 * 1.2 * np.eye(4)
+    L = np.linalg.cholesky(Kzz)
+    f = np.asarray(KERNEL(X, Z)) @ np.linalg.solve(Kzz, L @ np.asarray(v))
+    ref = stats.norm.logpdf(v).sum() + stats.poisson.logpmf(np.asarray(counts), np.exp(f)).sum()
+    np.testing.assert_allclose(lp, ref, rtol=1e-8)
+
+
+def test_spectral_gp_with_fourier_features_in_user_model():
+    """The primitive with VFF inside a user's Bernoulli model: log joint vs dense."""
+    rng = np.random.default_rng(3)
+    X = jnp.asarray(rng.uniform(0, 1, (25, 1)))
+    labels = jnp.asarray(rng.integers(0, 2, 25))
+    feature = FourierFeatures(-1.0, 2.0, 6)
+
+    def model(X, y=None):
+        ell = numpyro.sample("ell", dist.LogNormal(-1.0, 0.5))
+        f = psg.spectral_gp("f", feature, psg.Matern52(1.0, ell), X)
+        numpyro.sample("y", dist.Bernoulli(logits=f), obs=y)
+
+    v = rng.normal(size=11 + 3)  # 2M − 1 features plus rank 3 for Matérn-5/2
+    lp = _lp(model, (X, labels), {"ell": 0.3, "f_v": jnp.asarray(v)})
+    k = psg.Matern52(1.0, 0.3)
+    Kmm = psg.Kuu(feature, k)
+    f = np.asarray(psg.Kuf(feature, k, X)).T @ np.linalg.solve(np.asarray(Kmm.to_dense()),
+                                                              np.asarray(Kmm.sqrt()) @ v)
+    p = 1 / (1 + np.exp(-f))
+    ref = (stats.lognorm(0.5, scale=np.exp(-1.0)).logpdf(0.3) + stats.norm.logpdf(v).sum()
+           + np.sum(np.asarray(labels) * np.log(p) + (1 - np.asarray(labels)) * np.log1p(-p)))
+    np.testing.assert_allclose(lp, ref, rtol=1e-9)
+
+
+# --- inducing_guide: q over spectral_gp's site --------------------------------------------------------
+Z_H = np.random.default_rng(6).normal(size=(3, 2))  # harmonic: T = 2 blocks of 3 features (Negation)
+X_H = np.random.default_rng(7).normal(size=(8, 2))
+GUIDE_CASES = {
+    # feature, kernel, X, whiten, q_cov, {param: (shape, constraint)}
+    "points-whitened-full": (InducingPoints(np.linspace(0.1, 0.9, 4)[:, None]), KERNEL, data(8)[0], True, "full",
+                             {"f_v_loc": ((4,), dist.constraints.real),
+                              "f_v_scale_tril": ((4, 4), dist.constraints.scaled_unit_lower_cholesky)}),
+    "points-centred-diag": (InducingPoints(np.linspace(0.1, 0.9, 4)[:, None]), KERNEL, data(8)[0], False, "diag",
+                            {"f_u_loc": ((4,), dist.constraints.real),
+                             "f_u_scale": ((4,), dist.constraints.positive)}),
+    "harmonic-whitened-auto": (HarmonicFeatures(Negation(), Z_H), psg.SquaredExponential(1.0, 0.8), X_H, True,
+                               "auto", {"f_v_loc": ((6,), dist.constraints.real),
+                                        "f_v_scale_tril": ((2, 3, 3), dist.constraints.scaled_unit_lower_cholesky)}),
+}
+
+
+def dense_kl(mq, Sq, Sp):
+    """KL(N(mq, Sq) ‖ N(0, Sp)) from dense matrices."""
+    return 0.5 * (np.trace(np.linalg.solve(Sp, Sq)) + mq @ np.linalg.solve(Sp, mq) - len(mq)
+                  + np.linalg.slogdet(Sp)[1] - np.linalg.slogdet(Sq)[1])
+
+
+def random_params(shapes, rng):
+    out = {}
+    for name, (shape, _) in shapes.items():
+        x = rng.normal(size=shape) * 0.5
+        if name.endswith("_scale_tril"):  # lower triangular, positive diagonal
+            x = np.tril(x)
+            i = np.arange(shape[-1])
+            x[..., i, i] = np.abs(x[..., i, i]) + 0.3
+        elif name.endswith("_scale"):
+            x = np.abs(x) + 0.3
+        out[name] = x
+    return out
+
+
+@pytest.mark.parametrize("case", list(GUIDE_CASES))
+def test_inducing_guide_kl_to_spectral_gp_prior_is_the_dense_kl(case):
+    """A model holding only ``spectral_gp`` and a guide holding only ``inducing_guide``: the
+    TraceMeanField_ELBO loss is the analytic KL(q ‖ p), here at the guide's initial params (q = p: KL 0;
+    for the centred diagonal q, which starts at diag(Kuu), the dense KL of that) and at random params,
+    against dense KLs (p = N(0, I) whitened, N(0, Kuu) centred; relative 1e-9)."""
+    feature, kernel, X, whiten, q_cov, shapes = GUIDE_CASES[case]
+
+    def model(X):
+        psg.spectral_gp("f", feature, kernel, X, whiten=whiten)
+
+    def guide(X):
+        psg.inducing_guide("f", feature, kernel, whiten=whiten, q_cov=q_cov)
+
+    constraint = {}
+
+    @jax.jit
+    def run(params):
+        tr = handlers.trace(handlers.seed(guide, rng_seed=0)).get_trace(X)
+        init = {n: s["value"] for n, s in tr.items() if s["type"] == "param"}
+        constraint.update({n: s["kwargs"].get("constraint", dist.constraints.real) for n, s in tr.items()
+                           if s["type"] == "param"})
+        loss = TraceMeanField_ELBO().loss
+        key = jax.random.PRNGKey(0)
+        return (init, loss(key, init, model, guide, X), loss(key, params, model, guide, X),
+                psg.Kuu(feature, kernel).to_dense())
+
+    params = random_params(shapes, np.random.default_rng(8))
+    init, kl_init, kl, Kuu = jax.tree.map(np.asarray, run(params))
+    # the params the docstrings name, with their shapes and constraints
+    assert {n: v.shape for n, v in init.items()} == {n: s for n, (s, _) in shapes.items()}
+    assert constraint == {n: c for n, (_, c) in shapes.items()}
+    prior = np.eye(len(init[f"{'f_v' if whiten else 'f_u'}_loc"])) if whiten else Kuu
+
+    def cov(p):
+        if q_cov == "diag":
+            return np.diag(p["f_u_scale"] ** 2)
+        L = p["f_v_scale_tril"]
+        return block_diag(*[l @ l.T for l in L]) if L.ndim == 3 else L @ L.T
+
+    loc = next(v for n, v in params.items() if n.endswith("_loc"))
+    np.testing.assert_allclose(kl, dense_kl(loc, cov(params), prior), rtol=1e-9)
+    if q_cov == "diag":  # started at the prior's variances
+        np.testing.assert_allclose(init["f_u_scale"] ** 2, np.diag(Kuu), rtol=1e-12)
+        np.testing.assert_allclose(kl_init, dense_kl(0 * loc, np.diag(np.diag(Kuu)), Kuu), rtol=1e-9)
+    else:  # started at the prior
+        np.testing.assert_allclose(kl_init, 0.0, atol=1e-12)
+
+
+# --- people's own models: templates, vector inputs, several outputs over one basis, prediction --------
+def _own_model(x, y=None, x_new=None, feature=None):
+    k = psg.Matern32(variance=dist.LogNormal(0.0, 1.0), lengthscale=dist.LogNormal(-1.0, 0.5))
+    out = psg.spectral_gp("f", feature, k, x, X_new=x_new, return_variance=True)
+    (f, var), new = out if x_new is not None else (out, None)
+    numpyro.sample("y", numpyro.distributions.Normal(f, 0.1), obs=y)
+    return f, var, new
+
+
+def test_own_model_template_vector_inputs_and_prediction_equal_the_dense_conditional():
+    """A kernel template with priors is sampled as f_kernel_<field>; x of shape (N,) is one input
+    dimension; with X_new the same inducing variables give f at X_new (site f_new), equal to the dense
+    conditional K_*u K_uu⁻¹ u, with the residual k_** − Q_** — at the training X it is the fit's f."""
+    feature = psg.FourierFeatures(-0.5, 1.5, 12)
+    x, x_new = np.linspace(0.0, 1.0, 25), np.linspace(-0.2, 1.2, 9)
+    tr = handlers.trace(handlers.seed(_own_model, 3)).get_trace(x, None, x_new, feature)
+    assert {"f_kernel_variance", "f_kernel_lengthscale", "f_v", "f_new"} <= set(tr)
+    k = psg.Matern32(tr["f_kernel_variance"]["value"], tr["f_kernel_lengthscale"]["value"])
+    v = tr["f_v"]["value"]
+    f, var, (f_new, var_new) = handlers.substitute(handlers.seed(_own_model, 0), {
+        "f_kernel_variance": k.variance, "f_kernel_lengthscale": k.lengthscale, "f_v": v})(x, None, x_new, feature)
+    Kuu = np.asarray(psg.Kuu(feature, k).to_dense())
+    u = np.asarray(psg.Kuu(feature, k).sqrt_matmul(v))
+    for X, fx, vx in ((x, f, var), (x_new, f_new, var_new)):
+        Kuf = np.asarray(psg.Kuf(feature, k, X[:, None]))
+        np.testing.assert_allclose(fx, Kuf.T @ np.linalg.solve(Kuu, u), rtol=1e-9, atol=1e-10)
+        q = np.einsum("mn,mn->n", Kuf, np.linalg.solve(Kuu, Kuf))
+        np.testing.assert_allclose(vx, np.maximum(np.asarray(k.diag(X[:, None])) - q, 0), atol=1e-9)
+    np.testing.assert_allclose(tr["f_new"]["value"].shape, (9,))
+
+
+def test_outputs_in_a_plate_share_one_basis_and_equal_single_output_gps():
+    """Inside numpyro.plate("out", K) the inducing site has shape (K, M') and f (K, N); each row equals
+    the single-output spectral_gp evaluated at that row's inducing values."""
+    feature, k, x = psg.FourierFeatures(-0.5, 1.5, 10), psg.Matern52(1.3, 0.25), np.linspace(0, 1, 30)
+
+    def multi():
+        with numpyro.plate("out", 3):
+            return psg.spectral_gp("f", feature, k, x)
+
+    tr = handlers.trace(handlers.seed(multi, 0)).get_trace()
+    V, F = tr["f_v"]["value"], handlers.seed(multi, 0)()
+    assert V.shape == (3, psg.Kuu(feature, k).sqrt_cols) and F.shape == (3, 30)
+    assert tr["f_v"]["fn"].log_prob(V).shape == (3,)
+    for i in range(3):
+        fi = handlers.substitute(handlers.seed(lambda: psg.spectral_gp("f", feature, k, x), 1), {"f_v": V[i]})()
+        np.testing.assert_allclose(F[i], fi, rtol=1e-12, atol=1e-13)
+
+
+def test_spectral_gp_refuses_inputs_outside_a_features_domain_and_a_bad_kernel():
+    with pytest.raises(NotImplementedError, match="supported kernels"):
+        handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.SquaredExponential(), np.zeros(3)), 0)()
+    with pytest.raises(ValueError, match="X_new"):
+        handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.Matern32(), np.zeros(3),
+                                              X_new=np.zeros((3, 2))), 0)()
