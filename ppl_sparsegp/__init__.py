@@ -18,7 +18,7 @@ A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.featu
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
 registration where its structure allows something faster), and its tests. Nothing else changes.
 """
-from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg  # noqa: F401
+from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
                              full_covariance, inducing_guide, inducing_prior, spectral_gp,
@@ -56,5 +56,5 @@ __all__ = [
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid",
     # modules
-    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg",
+    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "stein",
 ]

@@ -1,4 +1,4 @@
-r"""Sparse-spectrum GPs with fixed, learned or Stein-particle frequencies (SSGP, SRF, M-SRFR).
+r"""Sparse-spectrum GPs with fixed, learned or latent frequencies (SSGP, SRF, M-SRFR): the model.
 
 **The model** [1, 2]. With random Fourier features :math:`\Phi(X)\in\mathbb R^{2R\times N}` (unit
 amplitude, see :mod:`ppl_sparsegp.features.random_fourier`), signal variance :math:`s` and noise
@@ -32,53 +32,14 @@ given to :class:`SparseSpectrumGP` as an array (fixed: random-feature regression
 :class:`~ppl_sparsegp.Param` (maximum likelihood under SVI: "SSGP" [1]), or a prior distribution (the
 latent site ``feature_frequencies``; default :class:`~ppl_sparsegp.features.random_fourier.SpectralDensity`,
 the kernel's own spectral density): MAP under SVI with :meth:`SparseSpectrumGP.guide`, a particle
-posterior under SteinVI.
+posterior under SteinVI with :meth:`SparseSpectrumGP.particle_guide` (the Stein inference itself, SRF
+and M-SRFR, is :mod:`ppl_sparsegp.stein`).
 
-**Stein particles** run through :class:`numpyro.contrib.einstein.SteinVI` with a point-mass particle
-guide, which turns Stein mixture inference into SVGD [4]:
-
-.. math::
-
-    \boldsymbol\theta_m \leftarrow \boldsymbol\theta_m + \frac{\epsilon}{M}\sum_{j=1}^M\Big[K(\boldsymbol
-    \theta_j, \boldsymbol\theta_m)\,\nabla\log p(\boldsymbol\theta_j\mid\mathcal D)
-    + \alpha\,\nabla_{\boldsymbol\theta_j}\!\cdot K(\boldsymbol\theta_j, \boldsymbol\theta_m)\Big]
-    \qquad\text{[2, eq. (26)]}.
-
-* Stein random features (SRF, [2, §5.1]): each particle is one frequency, the target the kernel's
-  log spectral density (:func:`stein_frequencies`); K is the scalar RBF kernel of
-  :class:`FrequencyRBFKernel`. This is plain SVGD over point particles with a known target, run by
-  :func:`svgd` (below: why not SteinVI).
-* M-SRFR [2, §4.2–4.4]: each particle is a whole matrix :math:`\Omega_m` (one SSGP), the target
-  :math:`\log p(\mathbf y\mid\Omega_m) + \log p(\Omega_m)`; K is the matrix-valued kernel
-  :math:`K(\Omega, \Omega')_{(k,a),(l,b)} = \kappa(\boldsymbol\omega_k, \boldsymbol\omega'_l)\,\delta_{ab}`
-  [2, eqs. (28), (66), (67)], which makes the update exactly plain SVGD on the pooled MR frequencies
-  [3, §1.6]. Lengthscales (and any other hyperparameter) are shared by all particles: SteinVI's
-  non-mixture parameters, optimised on the same objective. α is SteinVI's ``repulsion_temperature``.
-
-In both, :math:`\kappa(\mathbf a, \mathbf b) = \exp(-\sum_k (a_k - b_k)^2 / (2h_k))` with the
-per-dimension bandwidth :math:`h_k` = ``bandwidth_scale`` × the median over all pairs (self-pairs
-included) of the pooled frequencies of :math:`(a_k - b_k)^2` [3, §1.3], the driving term can be
-annealed cyclically, :math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` (SteinVI's
-``loss_temperature`` set per step), and the step is Adam with decoupled weight decay
-(:class:`AdamW`, the authors' optimiser).
-
-Why a subclass of SteinVI (:class:`FrequencySteinVI`): SteinVI supports matrix-valued kernels, but its
-generic divergence :math:`\sum_b\partial K_{ab}/\partial x_b` takes one gradient per matrix entry,
-:math:`O((RD)^3)` per particle pair: infeasible for R·D ≈ 1000. The subclass only overrides that hook
-for the structured kernel (closed form, :math:`O(R^2D)`); initialisation, the Stein loss, the
-non-mixture parameters, temperatures and the optimiser are SteinVI's own. With the stock class the same
-kernel gives the same update (tested), only slowly.
-
-Why :func:`svgd` for a known target: plain SVGD over point particles is SteinVI with a point-mass guide
-and a scalar kernel (:func:`fit_stein` runs it so), but SteinVI computes the attractive force by a
-*sequential* scan over the P particles inside a loop over the P particles, each term a call of the
-scalar kernel: P scan iterations of O(P) work per step (R = 1000 frequencies, 2000 steps: about an hour
-on a CPU). :func:`svgd` takes the same step (tested to rounding against SteinVI's) as two dense
-products with the closed-form Gram matrix and divergence of :class:`FrequencyBlockMatrix`, one
-function, so there is one implementation of each formula.
-
-**Prediction** (Algorithm 2 of [2]): per particle the SSGP posterior (eqs. 7–8; through the library's
-optimal q(u) and :func:`~ppl_sparsegp.conditionals.conditional`), mixed with equal weights:
+**Prediction** (Algorithm 2 of [2]): per particle (or posterior draw) the SSGP posterior (eqs. 7–8),
+which is the optimal q(u) of the collapsed bound: the library's
+:func:`~ppl_sparsegp.approximations.collapsed.optimal_whitened_q` of the statistics
+:meth:`SufficientStatistics.from_kuf <ppl_sparsegp.covariances.SufficientStatistics.from_kuf>`, through
+:func:`~ppl_sparsegp.conditionals.conditional`; mixed with equal weights:
 :math:`\mu_* = \bar\mu`, :math:`\sigma^2_* = \overline{\sigma^2_m} + \overline{(\mu_m-\mu_*)^2}`.
 :func:`mixture_metrics` reports the NLPD per test point (mixture density, averaged) and the paper's
 joint mixture :math:`-\log\frac1M\sum_m\prod_i\mathcal N(y_i\mid\mu_{mi}, \sigma^2_{mi})`.
@@ -89,40 +50,29 @@ References:
     2. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI.
     3. Implementer's notes ``shared/notes/srf.md`` (corrected constants, bandwidth, annealing, code-only
        details).
-    4. Liu, Wang (2016), Stein variational gradient descent; Rønning et al. (2024), ELBOing Stein
-       (numpyro.contrib.einstein).
-    5. Loshchilov, Hutter (2019), Decoupled weight decay regularization (AdamW).
 """
 from __future__ import annotations
 
+import copy
 import math
-import time
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax import lax
 from numpyro import handlers
-from numpyro.contrib.einstein import SteinVI
-from numpyro.contrib.einstein.stein_kernels import SteinKernel
 from numpyro.distributions import Distribution, constraints
-from numpyro.optim import _NumPyroOptim
 
-from ..parameters import initial_value, instantiate
-from .collapsed import CollapsedGP
-from ..covariances import Kuf, Kuu
+from ..covariances import Kuf, Kuu, SufficientStatistics, conditional
 from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
 from ..kernels import check_inputs
+from ..likelihoods import Gaussian
+from ..parameters import initial_value, instantiate
+from .base import GPModel, _require, _require_params, _require_samples, _site_names
+from .collapsed import optimal_whitened_q
 
-__all__ = [
-    "ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP", "FrequencyRBFKernel", "FrequencyBlockMatrix",
-    "FrequencySteinVI", "AdamW", "cyclical_annealing", "pairwise_median_sq", "SteinResult", "fit_stein",
-    "fit_msrfr", "svgd", "stein_frequencies", "mixture_metrics", "stein_inference_data", "stein_diagnostics",
-    "plot_spectral_density",
-]
+__all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP", "mixture_metrics"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -214,9 +164,18 @@ def ssgp_log_marginal_likelihood(feature, kernel, X, y, noise_variance, mean=0.0
     return _marginal(feature, kernel, X, noise_variance, mean).log_prob(y)
 
 
-class SparseSpectrumGP(CollapsedGP):
+class SparseSpectrumGP(GPModel):
     r"""The sparse-spectrum GP as a NumPyro model: :math:`\mathbf y\sim\mathcal N(c, s\Phi^\top\Phi +
     \sigma^2 I)` with the frequencies fixed, learned, or latent (module docstring).
+
+    Derived from the shared :class:`~ppl_sparsegp.approximations.base.GPModel` (templates → sites,
+    validation, point values); the weights are integrated out analytically as in the collapsed bound,
+    whose shared functions it calls (the statistics ``SufficientStatistics.from_kuf`` and
+    ``optimal_whitened_q`` for prediction), but the bound itself is not its model: for random Fourier
+    features the marginal likelihood is exact (:class:`SparseSpectrumNormal`).
+
+    :meth:`predict` has the signature of every approximation (``X_new, *, params, samples``); the
+    training data it conditions on are those of :meth:`with_data`.
 
     :param kernel: a stationary kernel template (``SquaredExponential`` or ``Matern*``); its
         ``variance`` is the signal variance s and its ``lengthscale`` (scalar or per dimension) scales
@@ -243,8 +202,14 @@ class SparseSpectrumGP(CollapsedGP):
             frequencies = SpectralDensity(kernel, num_frequencies, input_dim)
         if init not in ("qmc", "mc", "orf"):
             raise ValueError(f"init must be 'qmc', 'mc' or 'orf', got {init!r}")
-        self.init = init
+        self.init, self.data = init, None
         super().__init__(RandomFourierFeatures(frequencies), kernel, likelihood, mean, name=name)
+        if not isinstance(self.likelihood, Gaussian):
+            raise ValueError("SparseSpectrumGP needs a Gaussian likelihood (its weights are integrated out "
+                             f"analytically); got {type(self.likelihood).__name__}")
+
+    #: the factor ``y`` is one N-variate Gaussian (the weights couple the observations): no pointwise terms
+    pointwise_likelihood = False
 
     @property
     def latent_frequencies(self) -> bool:
@@ -274,6 +239,7 @@ class SparseSpectrumGP(CollapsedGP):
             mean = self.mean
         return kernel, likelihood, RandomFourierFeatures(omega), mean
 
+    # --- model and guides ---------------------------------------------------------------------------
     def model(self, X, y=None, *, likelihood_scale=1.0):
         """``y ~ N(c, sΦᵀΦ + σ²I)`` (observed when y is given); ``likelihood_scale`` tempers it."""
         kernel, likelihood, feature, c = self.components()
@@ -303,17 +269,97 @@ class SparseSpectrumGP(CollapsedGP):
         kernel, likelihood, feature, c = self.components_from(values)
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
-    def predict_particles(self, X_new, X, y, particles: dict):
-        """The mixture predictive of M particles (Algorithm 2 of [2]).
-
-        :param particles: ``{site or param: (M, ...)}`` values per particle (shared values broadcast).
-        :returns: dict of :meth:`CollapsedGP.predict` (mixture ``f_mean``, ``f_var``, ``y_var`` and
-            per-particle ``f_mean_draws``, ``f_var_draws``) plus ``y_var_draws``.
-        """
-        out = self.predict(X_new, X, y, samples=particles)
-        noise = lax.map(lambda v: jnp.asarray(self.components_from(v)[1].variance), particles)
-        out["y_var_draws"] = out["f_var_draws"] + jnp.reshape(noise, (-1, 1))
+    # --- prediction ---------------------------------------------------------------------------------
+    def with_data(self, X, y) -> "SparseSpectrumGP":
+        """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
+        copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
+        out = copy.copy(self)
+        out.data = (X, y)
         return out
+
+    def _training_data(self, method: str):
+        if self.data is None:
+            raise ValueError(f"{type(self).__name__}.{method} needs the training data: call "
+                             f"gp.with_data(X, y).{method}(...)")
+        return self.data
+
+    def _checked_data(self, X, y):
+        X, y = self._check_data(X, y, self.likelihood)
+        if y is None:
+            raise ValueError(f"{type(self).__name__} conditions on the training targets: y is None")
+        return X, y
+
+    @staticmethod
+    def _weight_posterior(components, X, y):
+        """The optimal whitened q(v) of the weights (the exact SSGP posterior, eqs. 7–8 of [2]) for one
+        set of concrete components: the collapsed bound's shared ``optimal_whitened_q``."""
+        kernel, likelihood, feature, c = components
+        X = feature.check_inputs(X)
+        stats = SufficientStatistics.from_kuf(Kuf(feature, kernel, X), y - c, keep_root=True)
+        return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
+
+    def optimal_q(self, values: dict, X=None, y=None):
+        """The whitened weight posterior q(v) = N(m_v, S_v) at the given site values (one particle or
+        posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``), for
+        the given (X, y), else the data the model holds (:meth:`with_data`)."""
+        if X is None and y is None:
+            X, y = self._training_data("optimal_q")
+        _require(f"{type(self).__name__}.optimal_q", "values", values,
+                 _site_names(self, self.components, "sample"),
+                 "pass gp.point_values(svi_result.params) or one particle of SteinResult.values()")
+        X, y = self._checked_data(X, y)
+        return self._weight_posterior(self.components_from(values), X, y)
+
+    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
+        """Predictive marginals at X_new, conditioned on the data the model holds (:meth:`with_data`).
+
+        ``params`` (SVI: the point guide's params) give ``f_mean``, ``f_var``, ``y_mean``, ``y_var``;
+        ``samples`` (``{site: (S, ...)}``: posterior draws or Stein particles) give the equally weighted
+        mixture's ``f_mean``, ``f_var``, ``y_mean``, ``y_var`` (law of total variance) and the
+        per-component ``f_mean_draws``, ``f_var_draws``, ``y_var_draws``.
+        """
+        if (params is None) == (samples is None):
+            raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
+        X_new = check_inputs(X_new, "X_new")
+        X, y = self._checked_data(*self._training_data("predict"))
+
+        def one(values):
+            components = self.components_from(values)
+            kernel, likelihood, feature, c = components
+            m_v, S_v = self._weight_posterior(components, X, y)
+            m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
+            return m + c, v, v + likelihood.variance
+
+        if params is not None:
+            _require_params(self, "predict", params)
+            m, v, yv = one(self.point_values(params))
+            return {"f_mean": m, "f_var": v, "y_mean": m, "y_var": yv}
+        _require_samples(self, "predict", samples)
+        ms, vs, yvs = lax.map(one, samples)
+        return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
+                "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs, "y_var_draws": yvs}
+
+    def predict_particles(self, X_new, X, y, particles: dict):
+        """The mixture predictive of M particles (Algorithm 2 of [2]): ``gp.with_data(X, y).predict(X_new,
+        samples=particles)``.
+
+        :param particles: ``{site or param: (M, ...)}`` values per particle (shared values broadcast, e.g.
+            ``SteinResult.values()``).
+        :returns: mixture ``f_mean``, ``f_var``, ``y_mean``, ``y_var`` and per-particle ``f_mean_draws``,
+            ``f_var_draws``, ``y_var_draws`` (:meth:`predict`).
+        """
+        return self.with_data(X, y).predict(X_new, samples=particles)
+
+    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+        """y ~ N(m_s, v_s + σ_s²) per posterior draw s: the per-draw predictive marginals at X conditioned
+        on (X, y) (the weights' posterior given the draw), as for the collapsed bound; ``samples``
+        ``{site: (chain, draw, ...)}``."""
+        lead = next(iter(samples.values())).shape[:2]
+        flat = {k: jnp.reshape(v, (-1,) + v.shape[2:]) for k, v in samples.items()}
+        out = self.with_data(X, y).predict(X, samples=flat)
+        scale = jnp.sqrt(out["y_var_draws"])
+        draws = out["f_mean_draws"] + scale * jax.random.normal(rng_key, scale.shape, scale.dtype)
+        return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
 
 
 def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0):
@@ -340,483 +386,3 @@ def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0):
         "nlpd_joint": float(-(jax.scipy.special.logsumexp(jnp.sum(logp, 1)) - math.log(M))),
         "nlpd_gaussian": float(nlpd_gauss),
     }
-
-
-# --------------------------------------------------------------------------------------------------
-# the particle kernel
-# --------------------------------------------------------------------------------------------------
-def _kth_abs_difference(a, ks, num_iterations=64):
-    """The ks-th smallest (0-based) of |a_i − a_j| over all ordered pairs, by bisection on counts."""
-    a = jnp.sort(a)
-
-    def count(t):  # #{(i, j): |a_i − a_j| <= t}
-        return jnp.sum(jnp.searchsorted(a, a + t, side="right") - jnp.searchsorted(a, a - t, side="left"))
-
-    def one(k):
-        def body(_, lohi):
-            lo, hi = lohi
-            mid = 0.5 * (lo + hi)
-            ok = count(mid) >= k + 1
-            return jnp.where(ok, lo, mid), jnp.where(ok, mid, hi)
-
-        lo, hi = lax.fori_loop(0, num_iterations, body, (jnp.zeros((), a.dtype), a[-1] - a[0]))
-        return hi
-
-    return jax.vmap(one)(ks)
-
-
-def pairwise_median_sq(points):
-    r"""Per-dimension median of :math:`(a_k - b_k)^2` over all ordered pairs of rows (self-pairs
-    included), equal to ``jnp.median((P[:, None] - P[None]) ** 2, axis=(0, 1))`` but in
-    :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values."""
-    points = jnp.asarray(points)
-    n = points.shape[0]
-    ks = jnp.array([(n * n - 1) // 2, n * n // 2])
-    t = jax.vmap(lambda col: _kth_abs_difference(col, ks))(points.T)  # (D, 2) order statistics of |d|
-    return 0.5 * jnp.sum(t ** 2, axis=1)
-
-
-class FrequencyBlockMatrix:
-    r"""The matrix-valued particle kernel :math:`K(\mathbf x, \mathbf y)` between two flattened
-    frequency matrices X, Y (R × D): :math:`K_{(k,a),(l,b)} = \kappa(\mathbf y_k, \mathbf x_l)\delta_{ab}`
-    [2, eq. (66)], held as the R × R matrix :math:`[\kappa(\mathbf y_k, \mathbf x_l)]`.
-
-    ``K @ v`` (v the flattened R × D score of x) is row k: :math:`\sum_l\kappa(\mathbf y_k, \mathbf x_l)
-    \mathbf v_l`; :meth:`divergence` is :math:`\sum_b\partial K_{(k,a),b}/\partial x_b =
-    \sum_l\partial\kappa(\mathbf y_k,\mathbf x_l)/\partial x_{la}` [2, eq. (67)]. Indexing densifies
-    (the stock SteinVI path; tests only). With ``bandwidth`` h (the RBF base of
-    :class:`FrequencyRBFKernel`) the block and the divergence are computed in closed form, by matrix
-    products, instead of by R² calls of ``base`` and of its gradient.
-    """
-
-    def __init__(self, base, x, y, input_dim, bandwidth=None):
-        self.base, self.D, self.h = base, input_dim, bandwidth
-        self.X, self.Y = x.reshape(-1, input_dim), y.reshape(-1, input_dim)
-
-    @property
-    def block(self):
-        if self.h is not None:  # the RBF base in closed form: one (R, R) Gram matrix product
-            Ys, Xs = self.Y / jnp.sqrt(self.h), self.X / jnp.sqrt(self.h)
-            sq = jnp.sum(Ys ** 2, 1)[:, None] + jnp.sum(Xs ** 2, 1)[None, :] - 2.0 * Ys @ Xs.T
-            return jnp.exp(-0.5 * jnp.maximum(sq, 0.0))
-        return jax.vmap(lambda yk: jax.vmap(lambda xl: self.base(yk, xl))(self.X))(self.Y)  # (R, R)
-
-    def __matmul__(self, v):
-        return (self.block @ v.reshape(-1, self.D)).reshape(-1)  # Eq. (66) [2]
-
-    def divergence(self):
-        if self.h is not None:  # ∂κ(y_k, x_l)/∂x_l = κ_kl (y_k − x_l)/h
-            K = self.block
-            return ((jnp.sum(K, 1)[:, None] * self.Y - K @ self.X) / self.h).reshape(-1)  # Eq. (67) [2]
-        grad_x = jax.grad(self.base, argnums=1)
-        row = lambda yk: jnp.sum(jax.vmap(lambda xl: grad_x(yk, xl))(self.X), 0)  # noqa: E731
-        return jax.vmap(row)(self.Y).reshape(-1)  # Eq. (67) [2]
-
-    def to_dense(self):
-        return jnp.kron(self.block, jnp.eye(self.D, dtype=self.X.dtype))
-
-    def __getitem__(self, index):
-        return self.to_dense()[index]
-
-
-class FrequencyRBFKernel(SteinKernel):
-    r"""The SVGD kernel of [2] on frequency particles: :math:`\kappa(\mathbf a,\mathbf b) =
-    \exp(-\sum_k (a_k-b_k)^2/(2h_k))`, :math:`h_k` = ``bandwidth_scale`` × median over all pairs of the
-    pooled frequencies of :math:`(a_k-b_k)^2` [3, §1.3] (no 1/log n factor).
-
-    A particle is R frequencies of dimension ``input_dim`` flattened (R·D values). For R = 1 the kernel
-    is scalar (``mode="norm"``: plain SVGD, e.g. SRF for a known kernel); for R > 1 it is the
-    matrix-valued :class:`FrequencyBlockMatrix` (``mode="matrix"``, M-SRFR).
-
-    :param input_dim: D, the dimension of one frequency.
-    :param bandwidth_scale: the factor ``ls`` (default 1).
-    """
-
-    def __init__(self, input_dim: int, bandwidth_scale: float = 1.0):
-        if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 1:
-            raise ValueError(f"input_dim must be a positive int, got {input_dim!r}")
-        if not bandwidth_scale > 0:
-            raise ValueError(f"bandwidth_scale must be positive, got {bandwidth_scale!r}")
-        self.input_dim, self.bandwidth_scale = int(input_dim), float(bandwidth_scale)
-        self.rows = None
-
-    def init(self, rng_key, particles_shape):
-        size = particles_shape[-1]
-        if size % self.input_dim:
-            raise ValueError(f"a particle has {size} values, not a multiple of input_dim={self.input_dim}; "
-                             "the Stein particles must be the frequencies only (mark other guide params "
-                             "as non-mixture)")
-        self.rows = size // self.input_dim
-
-    @property
-    def mode(self):
-        return "norm" if self.rows in (None, 1) else "matrix"
-
-    def bandwidth(self, particles):
-        """h (D,) from all particles (P, R·D), pooled to (P·R, D)."""
-        pooled = particles.reshape(-1, self.input_dim)
-        h = self.bandwidth_scale * pairwise_median_sq(pooled)
-        return lax.stop_gradient(jnp.maximum(h, jnp.finfo(pooled.dtype).tiny))
-
-    def compute(self, rng_key, particles, particle_info, loss_fn):
-        h = self.bandwidth(particles)
-
-        def base(a, b):
-            return jnp.exp(-0.5 * jnp.sum((a - b) ** 2 / h))
-
-        if self.mode == "norm":
-            return base
-        return lambda x, y: FrequencyBlockMatrix(base, x, y, self.input_dim, h)
-
-
-class FrequencySteinVI(SteinVI):
-    """:class:`numpyro.contrib.einstein.SteinVI` with the closed-form divergence of
-    :class:`FrequencyBlockMatrix` (module docstring: why); every other kernel goes to SteinVI."""
-
-    def _kernel_grad(self, kernel, x, y):
-        K = kernel(x, y)
-        if isinstance(K, FrequencyBlockMatrix):
-            return K.divergence()
-        return super()._kernel_grad(kernel, x, y)
-
-
-# --------------------------------------------------------------------------------------------------
-# optimiser and annealing
-# --------------------------------------------------------------------------------------------------
-class AdamW(_NumPyroOptim):
-    r"""Adam with decoupled weight decay [5] and optional per-parameter step sizes:
-    :math:`\theta \leftarrow \theta - \eta_{\text{name}}(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda\theta)`
-    (optax's ``chain(scale_by_adam(), add_decayed_weights(λ), scale(-η))``, the authors' optimiser).
-
-    :param step_size: η for every parameter, or a callable ``name -> η``.
-    :param weight_decay: λ.
-    """
-
-    def __init__(self, step_size, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8):
-        lr = step_size if callable(step_size) else (lambda name: step_size)
-
-        def optim_fn():
-            def init(params):
-                zeros = jax.tree.map(jnp.zeros_like, params)
-                return params, zeros, zeros
-
-            def update(i, g, state):
-                params, m, v = state
-                m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
-                v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g ** 2, v, g)
-                t = i + 1
-                new = {}
-                for name in params:
-                    m_hat = jax.tree.map(lambda x: x / (1 - b1 ** t), m[name])
-                    v_hat = jax.tree.map(lambda x: x / (1 - b2 ** t), v[name])
-                    new[name] = jax.tree.map(
-                        lambda p, a, b: p - lr(name) * (a / (jnp.sqrt(b) + eps) + weight_decay * p),
-                        params[name], m_hat, v_hat)
-                return new, m, v
-
-            return init, update, lambda state: state[0]
-
-        super().__init__(optim_fn)
-
-
-def cyclical_annealing(t, num_steps: int, num_cycles: int = 5, power: float = 0.0):
-    r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [3, §1.3]; ``power=0`` gives γ ≡ 1."""
-    period = num_steps / num_cycles
-    return jnp.power(jnp.mod(jnp.asarray(t, dtype=jnp.result_type(float)), period) / period, power)
-
-
-# --------------------------------------------------------------------------------------------------
-# running SteinVI
-# --------------------------------------------------------------------------------------------------
-class SteinResult(NamedTuple):
-    """``particles``: ``{site: (P, ...)}``; ``shared``: parameters common to all particles (constrained);
-    ``params``: SteinVI's constrained params; ``losses``: Stein force norm per step; ``time``: seconds
-    (compilation included); ``stein``/``state``: the SteinVI object and its final state."""
-
-    particles: dict
-    shared: dict
-    params: dict
-    losses: Any
-    time: float
-    stein: Any
-    state: Any
-
-    def values(self):
-        """Per-particle site/param values with the shared ones broadcast (for ``predict_particles``)."""
-        P = next(iter(self.particles.values())).shape[0]
-        out = {k: jnp.broadcast_to(v, (P,) + jnp.shape(v)) for k, v in self.shared.items()}
-        out.update(self.particles)
-        return out
-
-
-def _site_name(param):
-    for suffix in ("_map", "_auto_loc"):
-        if param.endswith(suffix):
-            return param[: -len(suffix)]
-    return param
-
-
-def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, input_dim: int,
-              particle_param: str, lr: float = 0.1, lr_shared: float | None = None, repulsion: float = 1.0,
-              annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 0.0,
-              bandwidth_scale: float = 1.0, num_elbo_particles: int = 1, optim=None, **kwargs) -> SteinResult:
-    r"""SVGD through SteinVI: point-mass particles at the guide param ``particle_param`` (every other
-    guide param is shared by the particles), :class:`FrequencyRBFKernel`, :class:`AdamW`, loss
-    temperature :math:`\gamma(t)/P` and repulsion temperature α (module docstring).
-
-    :param model, guide: NumPyro callables; the guide must emit ``particle_param`` as the loc of a
-        Delta site (e.g. :meth:`SparseSpectrumGP.guide`) and initialise it from its rng key.
-    :param args, kwargs: model/guide arguments.
-    :param num_elbo_particles: draws for the shared parameters' gradient (each picks a random particle).
-    :param optim: a NumPyro optimiser replacing the default :class:`AdamW` (``lr``, ``lr_shared``,
-        ``weight_decay`` are then unused).
-    """
-    for name, v in (("num_particles", num_particles), ("num_steps", num_steps)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
-    lr_shared = lr if lr_shared is None else lr_shared
-    if optim is None:
-        optim = AdamW(lambda name: lr if name == particle_param else lr_shared, weight_decay)
-    stein = FrequencySteinVI(
-        model, guide, optim,
-        FrequencyRBFKernel(input_dim, bandwidth_scale), num_stein_particles=num_particles,
-        num_elbo_particles=num_elbo_particles, loss_temperature=1.0 / num_particles,
-        repulsion_temperature=repulsion, non_mixture_guide_params_fn=lambda name: name != particle_param)
-    start = time.perf_counter()
-    k_init, _ = jax.random.split(rng_key)
-    state = jax.jit(stein.init)(k_init, *args, **kwargs)  # one program: eager tracing is slow
-    if stein.guide_sites != {particle_param}:
-        raise ValueError(f"the particle guide must have exactly one param, {particle_param!r} (shared "
-                         f"parameters belong in the model); it has {sorted(stein.guide_sites)}")
-    dtype = jnp.result_type(float)
-    state = state._replace(loss_temperature=jnp.asarray(1.0 / num_particles, dtype),
-                           repulsion_temperature=jnp.asarray(repulsion, dtype))
-
-    @jax.jit
-    def run(state, args, kwargs):
-        def step(state, t):
-            gamma = cyclical_annealing(t, num_steps, num_cycles, annealing_power)
-            state = state._replace(loss_temperature=(gamma / num_particles).astype(dtype))
-            return stein.update(state, *args, **kwargs)
-
-        return lax.scan(step, state, jnp.arange(num_steps))
-
-    state, losses = run(state, args, kwargs)
-    params = stein.get_params(state)
-    jax.block_until_ready(params)
-    elapsed = time.perf_counter() - start
-    particles = {_site_name(particle_param): params[particle_param]}
-    shared = {_site_name(k): v for k, v in params.items() if k != particle_param}
-    return SteinResult(particles, shared, params, losses, elapsed, stein, state)
-
-
-def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_steps: int = 1000,
-              lr: float = 0.1, lr_shared: float | None = None, repulsion: float = 1.0,
-              annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 1e-4,
-              likelihood_scale: float = 1.0, bandwidth_scale: float = 1.0,
-              num_elbo_particles: int = 1) -> SteinResult:
-    r"""M-SRFR [2, §4.2–4.4]: M particles :math:`\Omega_m`, target :math:`\log p(\mathbf y\mid\Omega_m)
-    + \log p(\Omega_m)`, hyperparameters shared, through SteinVI (:func:`fit_stein`).
-
-    :param gp: a :class:`SparseSpectrumGP` with latent frequencies (a prior on Ω).
-    :param repulsion: α, the repulsion temperature (α = 1 with ``likelihood_scale=1`` is the Bayesian
-        posterior).
-    :param likelihood_scale: tempering of the likelihood; the authors' code uses 1/M [3, §1.6].
-    :param lr, lr_shared: Adam step sizes of the particles and of the shared hyperparameters.
-    :param num_elbo_particles: random particles per step for the shared parameters' gradient (default 1:
-        an unbiased one-particle estimate of the mean over particles; each extra one costs an SSGP gradient).
-    """
-    if not isinstance(gp, SparseSpectrumGP) or not gp.latent_frequencies:
-        raise ValueError("fit_msrfr needs a SparseSpectrumGP whose frequencies have a prior (a Distribution)")
-    sampled = sorted(set(gp.hyperparameter_sites()) - {"feature_frequencies"})
-    if sampled:
-        raise ValueError(f"fit_msrfr shares hyperparameters between particles: give them as numbers or "
-                         f"Params, not priors (sampled sites: {sampled})")
-    X = gp.feature.check_inputs(check_inputs(X, "X"))
-    y = jnp.asarray(y)
-    return fit_stein(gp.model, gp.particle_guide, rng_key, X, y, num_particles=num_particles, num_steps=num_steps,
-                     input_dim=gp.feature.input_dim, particle_param="feature_frequencies_map", lr=lr,
-                     lr_shared=lr_shared, repulsion=repulsion, annealing_power=annealing_power,
-                     num_cycles=num_cycles, weight_decay=weight_decay, bandwidth_scale=bandwidth_scale,
-                     num_elbo_particles=num_elbo_particles,
-                     likelihood_scale=likelihood_scale)
-
-
-def svgd(log_density, particles, *, num_steps: int, lr: float = 0.1, repulsion: float = 1.0,
-         annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 0.0,
-         bandwidth_scale: float = 1.0, optim=None):
-    r"""Plain SVGD for a target known up to a constant: the step SteinVI takes with a point-mass guide,
-    :class:`FrequencyRBFKernel`, loss temperature :math:`\gamma(t)/P` and repulsion α (module
-    docstring: why a separate function), vectorised:
-
-    .. math::
-
-        \phi(\mathbf x_i) = \frac1P\sum_j\big[\gamma(t)\,\kappa(\mathbf x_i, \mathbf x_j)\nabla\log p(\mathbf x_j)
-        + \alpha\,\nabla_{\mathbf x_j}\kappa(\mathbf x_i, \mathbf x_j)\big],
-
-    and the optimiser (default :class:`AdamW`) ascends φ.
-
-    :param log_density: ``x (D,) -> log p(x)`` (unnormalised).
-    :param particles: starting points (P, D).
-    :returns: ``(particles (P, D), force norm per step (num_steps,))``.
-    """
-    if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:
-        raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
-    particles = jnp.asarray(particles, dtype=jnp.result_type(float))
-    if particles.ndim != 2 or particles.shape[0] < 2:
-        raise ValueError(f"particles must be (P, D) with P >= 2, got shape {particles.shape}")
-    P, D = particles.shape
-    kernel = FrequencyRBFKernel(D, bandwidth_scale)
-    score = jax.vmap(jax.grad(log_density))
-    optim = AdamW(lr, weight_decay) if optim is None else optim
-
-    def force(x, gamma):
-        K = FrequencyBlockMatrix(None, x, x, D, kernel.bandwidth(x))
-        return (gamma * (K @ score(x)) + repulsion * K.divergence()).reshape(P, D) / P
-
-    @jax.jit
-    def run(x0):
-        def step(state, t):
-            phi = force(optim.get_params(state)["x"], cyclical_annealing(t, num_steps, num_cycles, annealing_power))
-            return optim.update({"x": -phi}, state), jnp.linalg.norm(phi)
-
-        state, norms = lax.scan(step, optim.init({"x": x0}), jnp.arange(num_steps))
-        return optim.get_params(state)["x"], norms
-
-    x, norms = run(particles)
-    if not bool(jnp.all(jnp.isfinite(x))):
-        raise FloatingPointError("SVGD diverged (non-finite particles); lower lr")
-    return x, norms
-
-
-def stein_frequencies(kernel, rng_key, num_frequencies: int, input_dim: int, *, num_steps: int = 2000,
-                      lr: float = 0.3, annealing_power: float = 0.5, num_cycles: int = 5,
-                      bandwidth_scale: float | None = None, weight_decay: float = 1e-4,
-                      init: str = "mc") -> jnp.ndarray:
-    r"""Stein random features for a known kernel [2, §5.1]: R particles, each one frequency, moved by
-    SVGD (:func:`svgd`) towards the kernel's normalised spectral density (only :math:`\nabla\log p` is
-    used).
-
-    Defaults follow the authors' notebook [3, §1.4] (MC initialisation, Adam 0.3 with weight decay
-    1e-4, annealing c = 5, s = 0.5) except the number of steps (15 000 there) and the bandwidth: the
-    default ``bandwidth_scale=None`` means D (h_k = D × the per-dimension median, about the median
-    squared distance). With the notes' scale 1 the particle kernel between typical frequencies is
-    :math:`e^{-O(D)}`, the repulsion vanishes for D ≳ 8 and the particles collapse towards the mode
-    (R = 200, D = 8: particle variance 0.31 instead of 1, Gram error 0.53, worse than Monte Carlo;
-    D = 16: 2.4); with scale D they reach the authors' published errors
-    (``inference/benchmarks/srf_kernel_approx.py``, columns ``svgd`` and ``svgd_d``).
-
-    :returns: Ω (R, D), unit-lengthscale frequencies.
-    """
-    if isinstance(num_frequencies, bool) or not isinstance(num_frequencies, (int, np.integer)) or num_frequencies < 2:
-        raise ValueError(f"num_frequencies must be an int >= 2 (SVGD needs particles to repel), "
-                         f"got {num_frequencies!r}")
-    prior = SpectralDensity(kernel, 1, input_dim)
-    W0 = sample_frequencies(prior.kernel, rng_key, num_frequencies, input_dim, init)
-    W, _ = svgd(lambda w: prior.log_prob(w[None]), W0, num_steps=num_steps, lr=lr,
-                annealing_power=annealing_power, num_cycles=num_cycles, weight_decay=weight_decay,
-                bandwidth_scale=float(input_dim) if bandwidth_scale is None else bandwidth_scale)
-    return W
-
-
-# --------------------------------------------------------------------------------------------------
-# ArviZ and plots
-# --------------------------------------------------------------------------------------------------
-def stein_inference_data(result: SteinResult, gp: SparseSpectrumGP | None = None, X=None, y=None):
-    """ArviZ InferenceData of a Stein particle posterior.
-
-    ``posterior``: particle sites with dims ``(chain=1, draw=1, particle, ...)`` (frequencies:
-    ``particle, frequency, input_dim``) and the shared parameters without a particle dim;
-    ``sample_stats``: ``stein_force`` (the force norm per step, dim ``step``) and, with gp/X/y,
-    ``log_marginal_likelihood`` per particle.
-    """
-    import arviz as az
-
-    def named_dims(name, value, particle):
-        lead = ["particle"] if particle else []
-        rest = list(jnp.shape(value))[1 if particle else 0:]
-        if name in ("feature_frequencies", "omega") and len(rest) == 2:
-            return lead + ["frequency", "input_dim"]
-        return lead + [f"{name}_dim_{i}" for i in range(len(rest))]
-
-    posterior, dims = {}, {}
-    for name, v in result.particles.items():
-        posterior[name] = np.asarray(v)[None, None]
-        dims[name] = named_dims(name, v, True)
-    for name, v in result.shared.items():
-        if name in posterior or name.endswith("_map"):
-            continue
-        posterior[name] = np.asarray(v)[None, None]
-        dims[name] = named_dims(name, v, False)
-    stats = {"stein_force": np.asarray(result.losses)[None, None]}
-    dims["stein_force"] = ["step"]
-    if gp is not None and X is not None and y is not None:
-        lml = lax.map(lambda v: gp.log_marginal_likelihood(v, X, y), result.values())
-        stats["log_marginal_likelihood"] = np.asarray(lml)[None, None]
-        dims["log_marginal_likelihood"] = ["particle"]
-    idata = az.from_dict(posterior=posterior, sample_stats=stats, dims=dims)
-    idata.posterior.attrs["inference"] = "SteinVI (point-mass particles: SVGD)"
-    idata.posterior.attrs["training_time_s"] = float(result.time)
-    return idata
-
-
-def stein_diagnostics(idata, site: str = "feature_frequencies") -> dict:
-    """Convergence and diversity of a Stein particle posterior (from :func:`stein_inference_data`).
-
-    :returns: ``num_particles``; ``stein_force_initial`` / ``stein_force_final`` (norm of the update
-        direction; it should fall and level off); ``particle_distance_min`` / ``_mean`` (root-mean-square
-        difference per entry between two particles: near 0 means particles collapsed onto each other);
-        with per-particle log marginal likelihoods, their ``lml_mean`` / ``lml_sd`` and ``lml_weight_ess``
-        (effective number of particles if they were weighted by evidence: 1 = one particle dominates).
-    """
-    W = np.asarray(idata.posterior[site].values[0, 0])
-    P = W.shape[0]
-    flat = W.reshape(P, -1)
-    d = np.sqrt(np.mean((flat[:, None] - flat[None]) ** 2, axis=-1))
-    off = d[~np.eye(P, dtype=bool)]
-    force = np.asarray(idata.sample_stats["stein_force"].values).reshape(-1)
-    out = {"num_particles": int(P), "stein_force_initial": float(force[0]), "stein_force_final": float(force[-1]),
-           "particle_distance_min": float(off.min()) if P > 1 else 0.0,
-           "particle_distance_mean": float(off.mean()) if P > 1 else 0.0}
-    if "log_marginal_likelihood" in idata.sample_stats:
-        lml = np.asarray(idata.sample_stats["log_marginal_likelihood"].values).reshape(-1)
-        w = np.exp(lml - lml.max())
-        w /= w.sum()
-        out.update(lml_mean=float(lml.mean()), lml_sd=float(lml.std()), lml_weight_ess=float(1.0 / np.sum(w ** 2)))
-    return out
-
-
-def plot_spectral_density(frequencies, prior: Distribution, path=None, *, max_dims: int = 4, rng_key=None):
-    """Histogram of learned frequencies (pooled over particles) against the prior, per input dimension.
-
-    :param frequencies: (..., D) learned unit-lengthscale frequencies (any leading dims, pooled).
-    :param prior: the frequency prior (its samples give the reference histogram).
-    :param path: write a PNG there (else return the figure).
-    """
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    W = np.asarray(frequencies).reshape(-1, np.shape(frequencies)[-1])
-    key = jax.random.PRNGKey(0) if rng_key is None else rng_key
-    ref = np.asarray(prior.sample(key, (max(1, 20000 // int(np.prod(prior.event_shape[:-1] or (1,)))),)))
-    ref = ref.reshape(-1, W.shape[1])
-    D = min(W.shape[1], max_dims)
-    fig, axes = plt.subplots(1, D, figsize=(3.2 * D, 2.8), squeeze=False)
-    for d, ax in enumerate(axes[0]):
-        lo, hi = np.quantile(np.concatenate([W[:, d], ref[:, d]]), [0.005, 0.995])
-        bins = np.linspace(lo, hi, 40)
-        ax.hist(ref[:, d], bins=bins, density=True, histtype="step", color="k", label="prior")
-        ax.hist(W[:, d], bins=bins, density=True, alpha=0.6, label="learned")
-        ax.set_xlabel(f"$\\omega_{d}$ (unit lengthscale)")
-    axes[0][0].legend()
-    axes[0][0].set_ylabel("density")
-    fig.tight_layout()
-    if path is None:
-        return fig
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
