@@ -1,7 +1,8 @@
 """The command-line runner: ``python -m inference list`` and ``python -m inference fit <model> ...``.
 
 ``fit`` builds the model's :class:`~models.ModelSpec`, runs SVI (``TraceMeanField_ELBO``, Adam), NUTS
-or the model's Stein routine, and writes into ``--out`` (default ``runs/<model>-<method>/``):
+or the model's Stein routine (:func:`fit_svi` and :func:`fit_nuts` are the fitting functions, public for
+the benchmarks), and writes into ``--out`` (default ``runs/<model>-<method>/``):
 
 * ``idata.nc``: the ArviZ InferenceData (netCDF);
 * ``summary.txt``: ArviZ summary (mean, sd, HDI, ESS, R-hat) of the hyperparameters;
@@ -108,19 +109,57 @@ def _list():
     return found
 
 
-def _fit_svi(spec, args, rng_key):
-    from numpyro import optim
+def fit_svi(gp, *args, steps: int, rng_key, lr: float = 0.01, optim=None, elbo=None, guide=None,
+            progress: bool = False, model_kwargs=None):
+    """SVI of ``gp.model`` / ``gp.guide`` (or of the model ``gp`` with ``guide``) on ``*args``: ``steps``
+    steps of ``optim`` (default Adam(``lr``)) on ``elbo`` (default ``TraceMeanField_ELBO``).
+
+    :returns: ``(SVIRunResult, seconds)``: the wall-clock time of ``svi.run``, compilation included.
+    """
+    from numpyro import optim as optimisers
     from numpyro.infer import SVI, TraceMeanField_ELBO
 
+    model, guide = (gp.model, gp.guide) if guide is None else (getattr(gp, "model", gp), guide)
+    svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
+              elbo if elbo is not None else TraceMeanField_ELBO())
+    t0 = time.perf_counter()
+    result = svi.run(rng_key, steps, *args, progress_bar=progress, **(model_kwargs or {}))
+    _block(result.params)
+    return result, time.perf_counter() - t0
+
+
+def fit_nuts(model, *args, rng_key, warmup: int, samples: int, chains: int = 1, target_accept: float = 0.8,
+             max_tree_depth: int = 10, dense_mass: bool = False, init_strategy=None, chain_method=None,
+             extra_fields=EXTRA_FIELDS, progress: bool = False, model_kwargs=None):
+    """NUTS on ``model`` (a model function, or a GP: its ``.model``) with ``*args``.
+
+    :param init_strategy: default ``init_to_median(num_samples=15)``.
+    :param chain_method: default ``"parallel"`` when there is a device per chain, else ``"sequential"``.
+    :returns: ``(MCMC, seconds)``: the wall-clock time of ``mcmc.run``, compilation included.
+    """
+    import jax
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    if chain_method is None:
+        chain_method = "parallel" if jax.local_device_count() >= chains else "sequential"
+    kernel = NUTS(getattr(model, "model", model), target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
+                  dense_mass=bool(dense_mass),
+                  init_strategy=init_to_median(num_samples=15) if init_strategy is None else init_strategy)
+    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains, chain_method=chain_method,
+                progress_bar=progress)
+    t0 = time.perf_counter()
+    mcmc.run(rng_key, *args, extra_fields=tuple(extra_fields), **(model_kwargs or {}))
+    _block(mcmc.get_samples())
+    return mcmc, time.perf_counter() - t0
+
+
+def _fit_svi(spec, args, rng_key):
     from ppl_sparsegp import diagnostics
 
     gp = spec.gp
-    svi = SVI(gp.model, gp.guide, optim.Adam(args.lr), TraceMeanField_ELBO())
     key_fit, key_post = _split(rng_key)
-    t0 = time.perf_counter()
-    result = svi.run(key_fit, args.steps, spec.X, spec.y, progress_bar=args.progress, **spec.model_kwargs)
-    _block(result.params)
-    fit_time = time.perf_counter() - t0
+    result, fit_time = fit_svi(gp, spec.X, spec.y, steps=args.steps, lr=args.lr, rng_key=key_fit,
+                               progress=args.progress, model_kwargs=spec.model_kwargs)
     idata = diagnostics.from_svi(result, gp, spec.X, spec.y, num_samples=args.samples,
                                  model_kwargs=spec.model_kwargs, rng_key=key_post)
     stats = {"final_loss": float(result.losses[-1]), "steps": args.steps, "lr": args.lr}
@@ -129,7 +168,7 @@ def _fit_svi(spec, args, rng_key):
 
 def _fit_nuts(spec, args, rng_key):
     import jax
-    from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
+    from numpyro.infer import init_to_median, init_to_value
 
     from ppl_sparsegp import diagnostics
 
@@ -141,15 +180,12 @@ def _fit_nuts(spec, args, rng_key):
     parallel = jax.local_device_count() >= args.chains
     # a model's own starting values (the other sites start uniformly in (−2, 2), NumPyro's fallback)
     init = init_to_median(num_samples=15) if spec.init is None else init_to_value(values=spec.init)
-    kernel = NUTS(gp.model, target_accept_prob=args.target_accept, max_tree_depth=args.max_tree_depth,
-                  dense_mass=bool(args.dense_mass), init_strategy=init)
-    mcmc = MCMC(kernel, num_warmup=args.warmup, num_samples=args.samples, num_chains=args.chains,
-                chain_method="parallel" if parallel else "sequential", progress_bar=args.progress)
     key_fit, key_post = _split(rng_key)
-    t0 = time.perf_counter()
-    mcmc.run(key_fit, spec.X, spec.y, extra_fields=EXTRA_FIELDS, **kwargs)
-    _block(mcmc.get_samples())
-    fit_time = time.perf_counter() - t0
+    mcmc, fit_time = fit_nuts(gp.model, spec.X, spec.y, rng_key=key_fit, warmup=args.warmup, samples=args.samples,
+                              chains=args.chains, target_accept=args.target_accept,
+                              max_tree_depth=args.max_tree_depth, dense_mass=bool(args.dense_mass),
+                              init_strategy=init, chain_method="parallel" if parallel else "sequential",
+                              progress=args.progress, model_kwargs=kwargs)
     idata = diagnostics.from_mcmc(mcmc, gp, spec.X, spec.y, model_kwargs=kwargs, rng_key=key_post)
     stats = {"num_divergences": int(idata.sample_stats["diverging"].sum()), "warmup": args.warmup,
              "samples": args.samples, "chains": args.chains, "dense_mass": bool(args.dense_mass),

@@ -33,6 +33,7 @@ from numpyro.distributions import constraints
 from models import ModelSpec
 from ppl_sparsegp import InducingPoints, Param, SquaredExponential
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
+from ppl_sparsegp.diagnostics import categorical_nlpd
 from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import ImageFlip, multi_negation
 from ppl_sparsegp import SparseGP
@@ -119,8 +120,7 @@ def metrics(gp, params, X_test, y_test) -> dict:
     """Test accuracy and mean negative log predictive probability from SVI params."""
     p = np.asarray(gp.predict(X_test, params=params)["y_mean"])
     y = np.asarray(y_test)
-    nll = -np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None)))
-    return {"accuracy": float(np.mean(np.argmax(p, 1) == y)), "nll": float(nll)}
+    return {"accuracy": float(np.mean(np.argmax(p, 1) == y)), "nll": categorical_nlpd(y, p)}
 
 
 def evaluate(spec, idata_or_params) -> dict:

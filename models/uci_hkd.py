@@ -32,9 +32,10 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import InducingPoints, Matern32, Param, SparseGP
-from ppl_sparsegp.datasets import load_uci
+from ppl_sparsegp.datasets import load_uci, standardise
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.features.harmonic import HarmonicFeatures
+from ppl_sparsegp.diagnostics import nlpd, rmse
 from ppl_sparsegp.groups import principal_axes_negation
 from ppl_sparsegp.likelihoods import Gaussian
 
@@ -58,19 +59,11 @@ def add_arguments(parser):
     parser.add_argument("--init-seed", type=int, default=0, help="seed of the k-means initialisation")
 
 
-def standardise(X_train, y_train, X_test):
-    """Standardise with training statistics only (constant columns get scale 1)."""
-    x_mean, x_sd = X_train.mean(0), X_train.std(0)
-    x_sd = np.where(x_sd > 0, x_sd, 1.0)
-    y_mean, y_sd = y_train.mean(), y_train.std()
-    return ((X_train - x_mean) / x_sd, (y_train - y_mean) / y_sd, (X_test - x_mean) / x_sd,
-            {"y_mean": float(y_mean), "y_sd": float(y_sd)})
-
-
 def load(dataset: str, split: int = 0, data_dir=None):
-    """Standardised ``(X, y, X_test, y_test_raw, scaler)`` of one fixed split."""
+    """Standardised ``(X, y, X_test, y_test_raw, scaler)`` of one fixed split
+    (:func:`~ppl_sparsegp.datasets.standardise`)."""
     d = load_uci(dataset, split, root=data_dir)
-    X, y, X_test, scaler = standardise(d.X_train, d.y_train, d.X_test)
+    X, y, X_test, _, scaler = standardise(d.X_train, d.y_train, d.X_test)
     return X, y, X_test, d.y_test, scaler
 
 
@@ -127,9 +120,7 @@ def metrics(gp, params, X_test, y_test_raw, scaler) -> dict:
     pred = gp.predict(X_test, params=params)
     mean = np.asarray(pred["y_mean"]) * scaler["y_sd"] + scaler["y_mean"]
     var = np.asarray(pred["y_var"]) * scaler["y_sd"] ** 2
-    y = np.asarray(y_test_raw)
-    nlpd = 0.5 * np.mean(np.log(2 * np.pi * var) + (y - mean) ** 2 / var)
-    return {"rmse": float(np.sqrt(np.mean((y - mean) ** 2))), "nlpd": float(nlpd)}
+    return {"rmse": rmse(y_test_raw, mean), "nlpd": nlpd(y_test_raw, mean, var)}
 
 
 def evaluate(spec, idata_or_params) -> dict:

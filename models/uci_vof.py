@@ -34,6 +34,8 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import Additive, InducingPoints, Matern32, Matern52, Param, SparseGP, SquaredExponential
+from ppl_sparsegp.datasets import standardise
+from ppl_sparsegp.diagnostics import nlpd, rmse
 from ppl_sparsegp.features.orthogonal import (ESTIMATORS, AdditiveOrthogonal, HermiteFeatures,
                                               TrigonometricFeatures, quadrature_nodes)
 from ppl_sparsegp.likelihoods import Gaussian
@@ -90,15 +92,6 @@ def load_split(dataset: str, split: int, data_dir=None):
     return X[train], y[train], X[test], y[test]
 
 
-def standardise(X_train, y_train, X_test):
-    """Standardise with training statistics (constant columns get scale 1)."""
-    x_mean, x_sd = X_train.mean(0), X_train.std(0)
-    x_sd = np.where(x_sd > 0, x_sd, 1.0)
-    y_mean, y_sd = y_train.mean(), y_train.std()
-    return ((X_train - x_mean) / x_sd, (y_train - y_mean) / y_sd, (X_test - x_mean) / x_sd,
-            {"x_mean": x_mean, "x_sd": x_sd, "y_mean": y_mean, "y_sd": y_sd})
-
-
 def make_gp(features: str, X, *, num_features=None, q_cov="full", base_kernel="se", estimator="exact",
             num_samples=50, ip_kernel="ard", seed=0):
     """The SparseGP for standardised inputs X (N, D)."""
@@ -146,7 +139,7 @@ def build(args) -> ModelSpec:
     _check_count(args.num_features, "--num-features")
     _check_count(args.batch_size, "--batch-size")
     Xtr, ytr, Xte, yte = load_split(args.dataset, args.split, args.data_dir)
-    X, y, X_test, scaler = standardise(Xtr, ytr, Xte)
+    X, y, X_test, _, scaler = standardise(Xtr, ytr, Xte)
     gp = make_gp(args.features, X, num_features=args.num_features, q_cov=args.q_cov,
                  base_kernel=args.base_kernel, estimator=args.estimator, num_samples=args.num_samples,
                  ip_kernel=args.ip_kernel, seed=args.ip_seed)
@@ -168,6 +161,5 @@ def evaluate(spec, result) -> dict:
     sc = spec.extra["scaler"]
     mean = np.asarray(pred["y_mean"]) * sc["y_sd"] + sc["y_mean"]
     var = np.asarray(pred["y_var"]) * sc["y_sd"] ** 2
-    y = np.asarray(spec.extra["y_test_raw"])
-    nlpd = 0.5 * np.mean(np.log(2 * np.pi * var) + (y - mean) ** 2 / var)
-    return {"rmse": float(np.sqrt(np.mean((y - mean) ** 2))), "nlpd": float(nlpd)}
+    y = spec.extra["y_test_raw"]
+    return {"rmse": rmse(y, mean), "nlpd": nlpd(y, mean, var)}

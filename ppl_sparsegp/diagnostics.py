@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import warnings
 
@@ -195,6 +196,116 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_k
         warnings.simplefilter("ignore", UserWarning)
         idata.add_groups({SVI_GROUP: xr.Dataset(group)})
     return idata
+
+
+# --- the approximation-adequacy check ----------------------------------------------------------------
+def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params: dict | None = None,
+             tolerance: float = 0.05, max_draws: int | None = 500) -> dict:
+    r"""How much of the prior variance at the data the features miss, per posterior draw.
+
+    For each draw θ_s of the hyperparameters the residual fraction
+    :math:`r_s = \sum_n (k_{nn} - [Q_{ff}]_{nn}) / \sum_n k_{nn}`, with :math:`Q_{ff} = K_{fu}K_{uu}^{-1}K_{uf}`
+    at θ_s, is the share of the prior variance at the data the inducing features cannot represent: 0
+    when they span the GP at the data, 1 when they see nothing. Draws whose lengthscale is shorter than
+    the features resolve (VFF's highest frequency, too few inducing points) show a large :math:`r_s`,
+    so the check also says whether the lengthscale posterior sits where the features can resolve it.
+    Every family works: it is the ``conditional`` variance at ``q_cov=None``.
+
+    :param gp_or_feature: a fitted approximation (``SparseGP``, ``CollapsedGP``, ...; its templates give
+        the kernel per draw), or the feature of a user's own model with :func:`spectral_gp`.
+    :param samples: posterior draws ``{site: (draws, ...)}`` (``mcmc.get_samples()``) or an InferenceData.
+    :param params: optimised params that the draws do not hold (an SVI fit's inducing locations, ...).
+    :param X: the training inputs (an array or a Grid).
+    :param kernel: for a feature: a callable ``draw -> kernel``, or the kernel template given to
+        ``spectral_gp`` (its sites are ``<name>_kernel_<field>``), or a concrete kernel.
+    :param tolerance: the check fails when the 95th percentile of :math:`r_s` exceeds it.
+    :returns: dict with ``residual_fraction`` (draws,), ``median``, ``q95``, ``ok`` and ``message`` (the
+        fix when it fails: "increase num_frequencies to …", "widen the box to …", "add inducing points").
+    """
+    from .approximations.base import GPModel
+    from .conditionals import conditional
+    from .parameters import instantiate
+
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    if hasattr(samples, "posterior"):
+        params = svi_params(samples) if params is None else params
+        samples = posterior_samples(samples)
+    if not samples:
+        raise ValueError("samples is empty")
+    flat = {k: jnp.asarray(v) for k, v in samples.items()}
+    S = next(iter(flat.values())).shape[0]
+    if max_draws is not None and S > max_draws:
+        idx = np.linspace(0, S - 1, max_draws).round().astype(int)
+        flat = {k: v[idx] for k, v in flat.items()}
+    X = X if isinstance(X, Grid) else check_inputs(jnp.asarray(X)[:, None] if jnp.ndim(X) == 1 else X, "X")
+
+    if isinstance(gp_or_feature, GPModel):
+        gp = gp_or_feature
+
+        def parts(draw):
+            k, _, f, _ = gp.components_from({**gp.point_values(params or {}), **draw})
+            return f, k
+        feature = gp.feature
+    else:
+        feature = gp_or_feature
+        if kernel is None:
+            raise ValueError("adequacy(feature, ...) needs kernel=: a callable draw -> kernel, the kernel "
+                             "template given to spectral_gp, or a concrete kernel")
+
+        def parts(draw):
+            if callable(kernel) and not hasattr(kernel, "diag"):
+                return feature, kernel(draw)
+            from numpyro import handlers
+            with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
+                return feature, instantiate(kernel, f"{name}_kernel_")
+
+    def one(draw):
+        f, k = parts(draw)
+        M = f.num_features
+        _, var = conditional(f, k, X, jnp.zeros(M), None, whiten=False)
+        kff = k.diag(X.points() if isinstance(X, Grid) else X)
+        return jnp.sum(var) / jnp.sum(kff)
+
+    r = np.asarray(jax.jit(lambda d: jax.lax.map(one, d))(flat))
+    med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
+    ok = q95 <= tolerance
+    message = (f"the features capture {100 * (1 - q95):.1f}% or more of the prior variance at the data in "
+               f"95% of the draws (tolerance {tolerance:g})")
+    if not ok:
+        message = (f"inadequate: in 5% of the draws the features miss more than {100 * q95:.1f}% of the "
+                   f"prior variance at the data (tolerance {tolerance:g}); {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}")
+    return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
+
+
+def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:
+    """The fix, from the posterior's lengthscales where a rule exists (VFF: the box 3 lengthscales, at
+    the 95% quantile, beyond the data; M to resolve the 5% quantile over that box, as
+    ``FourierFeatures.from_data``)."""
+    from .features import FourierFeatures, InducingPoints
+
+    ells = next((np.asarray(flat[s]) for s in ("kernel_lengthscale", f"{name}_kernel_lengthscale") if s in flat),
+                None)
+    if isinstance(feature, FourierFeatures) and ells is not None:
+        from .features.fourier import resolved_frequency
+
+        short, long = float(np.quantile(ells, 0.05)), float(np.quantile(ells, 0.95))
+        nu = float(getattr(getattr(gp_or_feature, "kernel", kernel), "nu", 1.5))
+        x = np.asarray(X.points() if isinstance(X, Grid) else X)[:, 0]
+        lo, hi = min(float(x.min()) - 3 * long, feature.a), max(float(x.max()) + 3 * long, feature.b)
+        T = resolved_frequency(nu, tolerance / 2)
+        need = 1 + math.ceil(T * math.sqrt(2 * nu) / short * (hi - lo) / (2 * math.pi))  # from_data's rule
+        tips = []
+        if (lo, hi) != (feature.a, feature.b):
+            tips.append(f"widen the box to [{lo:.4g}, {hi:.4g}] (3 lengthscales beyond the data at the 95% "
+                        f"quantile {long:.3g})")
+        if need > feature.num_frequencies:
+            tips.append(f"increase num_frequencies to {need} (to resolve the 5% lengthscale quantile "
+                        f"{short:.3g} over that box)")
+        return "; ".join(tips) or "increase num_frequencies"
+    if isinstance(feature, InducingPoints):
+        return "add inducing points (or place them where the data are)"
+    return "increase the number of features"
 
 
 # --- summaries and files --------------------------------------------------------------------------
@@ -381,4 +492,155 @@ def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title
     fig.tight_layout()
     path = os.fspath(path)
     fig.savefig(path, dpi=100)
+    return path
+
+
+# --- predictive metrics -----------------------------------------------------------------------------
+# Test metrics from predictive means and variances (NumPy in, floats out). Targets standardised by a
+# training sd s (``y_scale``) are reported in the original units: RMSE × s, NLPD + log s per point.
+__all__ += ["rmse", "nlpd", "mixture_nlpd", "categorical_nlpd"]
+
+
+def rmse(y, mean, *, y_scale: float = 1.0) -> float:
+    r""":math:`s\sqrt{\frac1N\sum_n (y_n - m_n)^2}`."""
+    y, mean = np.asarray(y), np.asarray(mean)
+    return float(np.sqrt(np.mean((y - mean) ** 2))) * y_scale
+
+
+def nlpd(y, mean, var, *, y_scale: float = 1.0) -> float:
+    r"""Mean negative log density of Gaussian predictives,
+    :math:`\frac1N\sum_n \tfrac12\big(\log 2\pi v_n + (y_n - m_n)^2/v_n\big) + \log s`."""
+    import math
+
+    y, mean, var = np.asarray(y), np.asarray(mean), np.asarray(var)
+    return float(np.mean(0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var))) + math.log(y_scale)
+
+
+def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool = False) -> float:
+    r"""NLPD of an equally weighted mixture of S Gaussian predictives (``mean_draws``, ``var_draws``: (S, N)).
+
+    Per point (default): :math:`-\frac1N\sum_n\log\frac1S\sum_s\mathcal N(y_n\mid m_{sn}, v_{sn}) + \log s`;
+    ``joint``: :math:`-\log\frac1S\sum_s\prod_n\mathcal N(y_n\mid m_{sn}, v_{sn}) + N\log s` (summed over
+    the test set).
+    """
+    import math
+
+    from scipy.special import logsumexp as _logsumexp
+
+    y = np.asarray(y)
+    m, v = np.atleast_2d(np.asarray(mean_draws)), np.atleast_2d(np.asarray(var_draws))
+    logp = -0.5 * (np.log(2 * np.pi * v) + (y - m) ** 2 / v)  # (S, N)
+    S, N = logp.shape
+    if joint:
+        return float(-(_logsumexp(np.sum(logp, 1)) - math.log(S))) + N * math.log(y_scale)
+    return float(-np.mean(_logsumexp(logp, axis=0) - math.log(S))) + math.log(y_scale)
+
+
+def categorical_nlpd(y, probs) -> float:
+    r"""Mean negative log predictive probability of the labels, :math:`-\frac1N\sum_n\log p_{n,y_n}`
+    (``probs``: (N, C); probabilities clipped at 1e-300)."""
+    p, y = np.asarray(probs), np.asarray(y)
+    return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))))
+
+
+# --- Stein particle results ---------------------------------------------------------------------------
+__all__ += ["stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
+
+
+def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
+    """ArviZ InferenceData of a Stein particle posterior (a :class:`~ppl_sparsegp.stein.SteinResult`).
+
+    ``posterior``: particle sites with dims ``(chain=1, draw=1, particle, ...)`` (frequencies:
+    ``particle, frequency, input_dim``) and the shared parameters without a particle dim;
+    ``sample_stats``: ``stein_force`` (the force norm per step, dim ``step``) and, with gp/X/y (a
+    :class:`~ppl_sparsegp.SparseSpectrumGP` and its training data), ``log_marginal_likelihood`` per
+    particle. ``attrs`` (e.g. ``{"training_time_s": ...}``, timed by the caller) are stored on the
+    posterior group.
+    """
+    def named_dims(name, value, particle):
+        lead = ["particle"] if particle else []
+        rest = list(jnp.shape(value))[1 if particle else 0:]
+        if name in ("feature_frequencies", "omega") and len(rest) == 2:
+            return lead + ["frequency", "input_dim"]
+        return lead + [f"{name}_dim_{i}" for i in range(len(rest))]
+
+    posterior, dims = {}, {}
+    for name, v in result.particles.items():
+        posterior[name] = np.asarray(v)[None, None]
+        dims[name] = named_dims(name, v, True)
+    for name, v in result.shared.items():
+        if name in posterior or name.endswith("_map"):
+            continue
+        posterior[name] = np.asarray(v)[None, None]
+        dims[name] = named_dims(name, v, False)
+    stats = {"stein_force": np.asarray(result.losses)[None, None]}
+    dims["stein_force"] = ["step"]
+    if gp is not None and X is not None and y is not None:
+        lml = jax.lax.map(lambda v: gp.log_marginal_likelihood(v, X, y), result.values())
+        stats["log_marginal_likelihood"] = np.asarray(lml)[None, None]
+        dims["log_marginal_likelihood"] = ["particle"]
+    idata = az.from_dict(posterior=posterior, sample_stats=stats, dims=dims)
+    idata.posterior.attrs["inference"] = "SteinVI (point-mass particles: SVGD)"
+    idata.posterior.attrs.update(attrs or {})
+    return idata
+
+
+def stein_diagnostics(idata, site: str = "feature_frequencies") -> dict:
+    """Convergence and diversity of a Stein particle posterior (from :func:`stein_inference_data`).
+
+    :returns: ``num_particles``; ``stein_force_initial`` / ``stein_force_final`` (norm of the update
+        direction; it should fall and level off); ``particle_distance_min`` / ``_mean`` (root-mean-square
+        difference per entry between two particles: near 0 means particles collapsed onto each other);
+        with per-particle log marginal likelihoods, their ``lml_mean`` / ``lml_sd`` and ``lml_weight_ess``
+        (effective number of particles if they were weighted by evidence: 1 = one particle dominates).
+    """
+    W = np.asarray(idata.posterior[site].values[0, 0])
+    P = W.shape[0]
+    flat = W.reshape(P, -1)
+    d = np.sqrt(np.mean((flat[:, None] - flat[None]) ** 2, axis=-1))
+    off = d[~np.eye(P, dtype=bool)]
+    force = np.asarray(idata.sample_stats["stein_force"].values).reshape(-1)
+    out = {"num_particles": int(P), "stein_force_initial": float(force[0]), "stein_force_final": float(force[-1]),
+           "particle_distance_min": float(off.min()) if P > 1 else 0.0,
+           "particle_distance_mean": float(off.mean()) if P > 1 else 0.0}
+    if "log_marginal_likelihood" in idata.sample_stats:
+        lml = np.asarray(idata.sample_stats["log_marginal_likelihood"].values).reshape(-1)
+        w = np.exp(lml - lml.max())
+        w /= w.sum()
+        out.update(lml_mean=float(lml.mean()), lml_sd=float(lml.std()), lml_weight_ess=float(1.0 / np.sum(w ** 2)))
+    return out
+
+
+def plot_spectral_density(frequencies, prior, path=None, *, max_dims: int = 4, rng_key=None):
+    """Histogram of learned frequencies (pooled over particles) against the prior, per input dimension.
+
+    :param frequencies: (..., D) learned unit-lengthscale frequencies (any leading dims, pooled).
+    :param prior: the frequency prior, a NumPyro distribution (its samples give the reference histogram).
+    :param path: write a PNG there (else return the figure).
+    """
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    W = np.asarray(frequencies).reshape(-1, np.shape(frequencies)[-1])
+    key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+    ref = np.asarray(prior.sample(key, (max(1, 20000 // int(np.prod(prior.event_shape[:-1] or (1,)))),)))
+    ref = ref.reshape(-1, W.shape[1])
+    D = min(W.shape[1], max_dims)
+    fig, axes = plt.subplots(1, D, figsize=(3.2 * D, 2.8), squeeze=False)
+    for d, ax in enumerate(axes[0]):
+        lo, hi = np.quantile(np.concatenate([W[:, d], ref[:, d]]), [0.005, 0.995])
+        bins = np.linspace(lo, hi, 40)
+        ax.hist(ref[:, d], bins=bins, density=True, histtype="step", color="k", label="prior")
+        ax.hist(W[:, d], bins=bins, density=True, alpha=0.6, label="learned")
+        ax.set_xlabel(f"$\\omega_{d}$ (unit lengthscale)")
+    axes[0][0].legend()
+    axes[0][0].set_ylabel("density")
+    fig.tight_layout()
+    if path is None:
+        return fig
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return path

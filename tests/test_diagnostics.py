@@ -1,7 +1,6 @@
 """ArviZ conversion against independent dense computations: groups, pointwise log likelihood, posterior
 predictive, SVI draws, metrics, netCDF round trip."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import pytest
@@ -250,3 +249,42 @@ def test_plots_write_pngs(mcmc_fit, tmp_path):
         assert img.ndim == 3 and img.shape[0] > 100 and img[..., :3].std() > 0.05  # a non-blank image
     # the mixed predictive mean is the average of the per-draw means (law of total expectation)
     np.testing.assert_allclose(pred["f_mean"], np.mean(pred["f_mean_draws"], 0), rtol=1e-12)
+
+
+# --- the approximation-adequacy check ----------------------------------------------------------------
+def test_adequacy_residual_fraction_against_a_dense_computation_and_its_advice():
+    """r_s = 1 − tr(K_fu K_uu⁻¹ K_uf)/tr(K_ff) per draw, for inducing points (a SparseGP) and VFF in a
+    user's own model (kernel template sites f_kernel_*), against dense matrices; the message names
+    the fix when the 95% quantile exceeds the tolerance, and passes when the features span the GP."""
+    import numpyro.distributions as dist
+
+    x = np.linspace(0.0, 1.0, 40)[:, None]
+    Z = np.linspace(0.0, 1.0, 6)[:, None]
+    ells = np.array([0.05, 0.1, 0.3, 1.0])
+    gp = psg.SparseGP(psg.InducingPoints(Z), psg.Matern32(1.0, dist.LogNormal(-2.0, 0.5)), psg.Gaussian(0.1))
+    out = diagnostics.adequacy(gp, {"kernel_lengthscale": ells, "f_v": np.zeros((4, 6))}, x)
+    ref = []
+    for ell in ells:
+        k = psg.Matern32(1.0, ell)
+        Kuu, Kuf = np.asarray(k(Z)), np.asarray(k(Z, x))
+        ref.append(1 - np.trace(Kuf.T @ np.linalg.solve(Kuu, Kuf)) / np.trace(np.asarray(k(x))))
+    # absolute tolerance: at ℓ = 1 Kuu's condition number is ~1e7, so 1 − tr(Q)/tr(K) ≈ 1e-3 carries ~1e-10
+    np.testing.assert_allclose(out["residual_fraction"], ref, rtol=1e-8, atol=1e-9)
+    assert not out["ok"] and "add inducing points" in out["message"]
+
+    template = psg.Matern32(dist.LogNormal(0.0, 1.0), dist.LogNormal(-1.0, 1.0))
+    draws = {"f_kernel_lengthscale": np.array([0.05, 0.2]), "f_kernel_variance": np.array([1.0, 2.0])}
+    small = psg.FourierFeatures(-0.2, 1.2, 8)
+    bad = diagnostics.adequacy(small, draws, x[:, 0], kernel=template)
+    for r, ell, var in zip(bad["residual_fraction"], [0.05, 0.2], [1.0, 2.0]):
+        k = psg.Matern32(var, ell)
+        Kuf = np.asarray(psg.Kuf(small, k, x))
+        q = np.einsum("mn,mn->n", Kuf, np.asarray(psg.Kuu(small, k).solve(Kuf)))
+        np.testing.assert_allclose(r, 1 - q.sum() / (40 * var), rtol=1e-8)
+    assert not bad["ok"] and "increase num_frequencies to" in bad["message"] and "widen the box" in bad["message"]
+    # the box rule at the shortest lengthscale, with a margin of 3 of the longest (0.6 = 12 × 0.05)
+    spanning = psg.FourierFeatures.from_data(x, 0.05, tolerance=0.01, margin=12.0)
+    good = diagnostics.adequacy(spanning, draws, x, kernel=template)
+    assert good["ok"] and good["q95"] < 0.05, good["message"]
+    with pytest.raises(ValueError, match="kernel="):
+        diagnostics.adequacy(small, draws, x)

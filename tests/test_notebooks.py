@@ -1,5 +1,4 @@
 """Every notebook (jupytext percent-format .py) runs top to bottom at reduced size (QUICK=1)."""
-import os
 import runpy
 from pathlib import Path
 

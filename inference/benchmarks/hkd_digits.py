@@ -21,18 +21,8 @@ prints a Markdown table and writes ``results/hkd_digits.json``.
 """
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # BLAS threads spin-wait on a shared CPU: 100× jitter
-if "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-
-import argparse
-import json
-import platform
-from pathlib import Path
-
-from inference.benchmarks.hkd_uci import add_training_arguments, apply_training_arguments, fit_interleaved, fmt
+from inference.benchmarks import harness
+from inference.benchmarks.hkd_uci import chosen_methods, fit_interleaved, training_parser
 
 METHODS = ("SVGP-m", "SVGP-4m", "FLIP 4xm", "NEG 4xm")
 
@@ -62,30 +52,30 @@ def run(seed, methods, args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="m = 4, 200 steps: a smoke run of the pipeline")
+    p = training_parser("hkd_digits", __doc__, METHODS, m=16, steps=2000)
     p.add_argument("--seeds", default="0", help="comma-separated seeds of flips, split and initialisation")
-    add_training_arguments(p, METHODS, m=16, steps=2000)
     p.add_argument("--likelihood", choices=("softmax", "robustmax"), default="softmax")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "hkd_digits.json")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.steps = 4, 200
-    core, methods = apply_training_arguments(args, METHODS)
-
-    import jax
+    methods = chosen_methods(args, METHODS)
+    machine = harness.setup(args, one_thread=True)
     import numpy as np
-    jax.config.update("jax_enable_x64", True)
 
     seeds = [int(s) for s in args.seeds.split(",") if s]
-    rows = []
+    store = harness.Store(args.out, ["seed", "method"], resume=args.resume, merge=args.merge,
+                          settings={k: getattr(args, k) for k in ("m", "steps", "lr", "batch_size", "likelihood")})
     for seed in seeds:
-        for r in run(seed, methods, args):
-            rows.append(r)
+        todo = [m for m in methods if not store.done(seed, m)]
+        if not todo:
+            continue
+        for r in run(seed, todo, args):
+            store.add(r)
             print(f"  seed {seed} {r['method']}: accuracy {r['accuracy']:.4f} NLL {r['nll']:.4f} "
                   f"{r['ms_per_iter_cpu']:.2f} ms/iter (wall {r['ms_per_iter_wall']:.2f}; compile "
                   f"{r['compile_s']:.1f} s)", flush=True)
 
+    rows = store.rows
     ref = {r["seed"]: r["ms_per_iter_cpu"] for r in rows if r["method"] == "SVGP-m"}
     summary = {}
     for method in methods:
@@ -96,20 +86,16 @@ def main(argv=None):
         agg["time_ratio"] = (float(np.mean(ratios)), float(np.std(ratios))) if ratios else (float("nan"), 0.0)
         agg["num_inducing_total"] = rs[0]["num_inducing_total"]
         summary[method] = agg
+    core = machine["pinned_core"]
     print(f"\n### Flip-digits, 10 classes ({args.likelihood}; m = {args.m}, {args.steps} steps, "
           f"batch {args.batch_size}, seeds {seeds}; {'core ' + str(core) if core is not None else 'all cores'})\n")
-    print("| method | M total | test accuracy | test NLL | ms / iter (CPU) | × SVGP-m | compile (s) |")
-    print("|---|---|---|---|---|---|---|")
-    for method, agg in summary.items():
-        print(f"| {method} | {agg['num_inducing_total']} | {fmt(agg['accuracy'], 4)} | {fmt(agg['nll'])} | "
-              f"{fmt(agg['ms_per_iter_cpu'], 2)} | {fmt(agg['time_ratio'], 2)} | {fmt(agg['compile_s'], 1)} |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    args.out.write_text(json.dumps({"benchmark": "hkd_digits", "config": config, "machine": platform.platform(),
-                                    "cpu_count": os.cpu_count(), "pinned_core": core,
-                                    "xla_flags": os.environ.get("XLA_FLAGS", ""), "runs": rows, "summary": summary},
-                                   indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    fmt2 = harness.pm(2)
+    print(harness.table([{"method": k, **v} for k, v in summary.items()], [
+        ("method", "method", ""), ("M total", "num_inducing_total", "d"), ("test accuracy", "accuracy", harness.pm(4)),
+        ("test NLL", "nll", harness.pm(3)), ("ms / iter (CPU)", "ms_per_iter_cpu", fmt2), ("× SVGP-m", "time_ratio", fmt2),
+        ("compile (s)", "compile_s", harness.pm(1))]))
+    config = {k: (str(v) if k == "out" else v) for k, v in vars(args).items() if k != "merge"}
+    store.write_json({"benchmark": "hkd_digits", "config": config, **machine, "runs": rows, "summary": summary})
 
 
 if __name__ == "__main__":

@@ -26,53 +26,34 @@ prints a Markdown table and writes ``results/hkd_uci.json``.
 """
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # BLAS threads spin-wait on a shared CPU: 100× jitter
-if "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
-
-import argparse
-import json
-import platform
 import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 DATASETS = ("protein-tertiary-structure", "kin8nm", "power-plant")
 SHORT = {"protein-tertiary-structure": "protein", "kin8nm": "kin8nm", "power-plant": "power"}
 METHODS = ("SVGP-m", "SVGP-2m", "HVGP 8xm", "HVGP 8xm shared")
 
 
-def pin_to_one_core(cpu=None):
-    """Pin this process (and the threads it starts later) to one core; call before importing jax.
-    Returns the core, or None where affinity is not supported."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    allowed = sorted(os.sched_getaffinity(0))
-    cpu = allowed[-1] if cpu is None else int(cpu)
-    os.sched_setaffinity(0, {cpu})
-    return cpu
-
-
-def add_training_arguments(p, methods, *, m: int, steps: int):
-    """The flags the HKD benchmarks share: methods, m, steps, lr, batch size and CPU pinning."""
+def training_parser(name, doc, methods, *, m: int, steps: int):
+    """The harness parser with the flags the HKD benchmarks share: methods, m, steps, lr, batch size; the
+    process is pinned to one core by default (``--cpu last``)."""
+    p = harness.parser(name, doc, cpu="last")
     p.add_argument("--methods", default=",".join(methods))
     p.add_argument("--m", type=int, default=m, help="inducing points per sub-kernel / SVGP-m's M")
     p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--cpu", default="pin", help="'pin': pin the process to one core (default, before jax "
-                   "starts its threads); an int: pin to that core; 'all': no pinning")
+    return p
 
 
-def apply_training_arguments(args, methods):
-    """Pin the CPU as ``--cpu`` says (before jax starts) and check ``--methods``; returns (core, methods)."""
-    core = None if args.cpu == "all" else pin_to_one_core(None if args.cpu == "pin" else args.cpu)
+def chosen_methods(args, methods):
+    """``--methods`` checked against ``methods``."""
     chosen = [m for m in args.methods.split(",") if m]
     unknown = set(chosen) - set(methods)
     if unknown:
         raise SystemExit(f"unknown methods {sorted(unknown)}; choose from {methods}")
-    return core, chosen
+    return chosen
 
 
 def fit_interleaved(gps: dict, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0,
@@ -135,9 +116,9 @@ def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300) -> 
     jitted alone: the part of every method's SVI step that does not depend on the model."""
     import jax
     import numpy as np
-    from numpyro.primitives import _subsample_fn
+    from ppl_sparsegp.compat import subsample_indices
 
-    draw = jax.jit(lambda key: _subsample_fn(N, batch_size, key))
+    draw = jax.jit(lambda key: subsample_indices(N, batch_size, key))
     jax.block_until_ready(draw(jax.random.PRNGKey(seed)))
     times = []
     for i in range(repeats):
@@ -220,60 +201,51 @@ def targets(summary, hvgp="HVGP 8xm"):
             "max_time_ratio_vs_svgp_m": ratio, "time_ratio_at_most_1_5": bool(ratio <= 1.5)}
 
 
-def fmt(pair, digits=3):
-    mean, sd = pair
-    return f"{mean:.{digits}f}" if sd == 0 else f"{mean:.{digits}f} ± {sd:.{digits}f}"
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="m = 8, 300 steps, split 0: a smoke run of the pipeline")
+    p = training_parser("hkd_uci", __doc__, METHODS, m=32, steps=3000)
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--splits", default="0", help="comma-separated split indices (default 0)")
-    add_training_arguments(p, METHODS, m=32, steps=3000)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "hkd_uci.json")
     args = p.parse_args(argv)
     if args.quick:
         args.m, args.steps = 8, 300
-    core, methods = apply_training_arguments(args, METHODS)
-
-    import jax
-    jax.config.update("jax_enable_x64", True)
+    methods = chosen_methods(args, METHODS)
+    machine = harness.setup(args, one_thread=True)
 
     datasets = [d for d in args.datasets.split(",") if d]
     splits = [int(s) for s in args.splits.split(",") if s]
-    rows = []
+    store = harness.Store(args.out, ["dataset", "split", "method"], resume=args.resume, merge=args.merge,
+                          settings={k: getattr(args, k) for k in ("m", "steps", "lr", "batch_size")})
     for ds in datasets:
         for split in splits:
-            for r in run(ds, split, methods, args):
-                rows.append(r)
+            todo = [m for m in methods if not store.done(ds, split, m)]
+            if not todo:
+                continue
+            for r in run(ds, split, todo, args):
+                store.add(r)
                 print(f"  {SHORT.get(ds, ds)} split {split} {r['method']}: RMSE {r['rmse']:.4f} NLPD {r['nlpd']:.4f} "
                       f"{r['ms_per_iter_cpu']:.2f} ms/iter (wall {r['ms_per_iter_wall']:.2f}; compile "
                       f"{r['compile_s']:.1f} s; subsampling {r['subsample_ms']:.2f} ms)", flush=True)
 
+    rows = store.rows
     table, summary = summarise(rows, methods)
+    core = machine["pinned_core"]
     print(f"\n### HVGP vs SVGP on UCI (m = {args.m}, {args.steps} steps, batch {args.batch_size}, "
           f"splits {splits}; {'core ' + str(core) if core is not None else 'all cores'})\n")
-    print("| data set | method | M total | test RMSE | test NLPD | ms / iter (CPU) | × SVGP-m | × SVGP-m "
-          "without subsampling | compile (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for ds, method, M, agg in table:
-        print(f"| {ds} | {method} | {M} | {fmt(agg['rmse'], 4)} | {fmt(agg['nlpd'])} | "
-              f"{fmt(agg['ms_per_iter_cpu'], 2)} | {fmt(agg['time_ratio'], 2)} | "
-              f"{fmt(agg['time_ratio_without_subsampling'], 2)} | {fmt(agg['compile_s'], 1)} |")
+    fmt2 = harness.pm(2)
+    print(harness.table([dict(zip(("dataset", "method", "M"), t[:3]), **t[3]) for t in table], [
+        ("data set", "dataset", ""), ("method", "method", ""), ("M total", "M", "d"), ("test RMSE", "rmse", harness.pm(4)),
+        ("test NLPD", "nlpd", harness.pm(3)), ("ms / iter (CPU)", "ms_per_iter_cpu", fmt2), ("× SVGP-m", "time_ratio", fmt2),
+        ("× SVGP-m without subsampling", "time_ratio_without_subsampling", fmt2),
+        ("compile (s)", "compile_s", harness.pm(1))]))
     checks = [t for t in (targets(summary, "HVGP 8xm"), targets(summary, "HVGP 8xm shared")) if t]
     for t in checks:
         print(f"\n{t['method']}: beats SVGP-m on NLPD on every data set: {t['beats_svgp_m_nlpd_everywhere']}; "
               f"beats SVGP-2m on {t['beats_svgp_2m_nlpd_count']}/{len(t['datasets'])}; "
               f"time per iteration ≤ 1.5× SVGP-m: {t['time_ratio_at_most_1_5']} "
               f"(max ratio {t['max_time_ratio_vs_svgp_m']:.2f})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    args.out.write_text(json.dumps({"benchmark": "hkd_uci", "config": config, "machine": platform.platform(),
-                                    "cpu_count": os.cpu_count(), "pinned_core": core,
-                                    "xla_flags": os.environ.get("XLA_FLAGS", ""), "runs": rows, "summary": summary,
-                                    "targets": checks}, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
+    config = {k: (str(v) if k == "out" else v) for k, v in vars(args).items() if k != "merge"}
+    store.write_json({"benchmark": "hkd_uci", "config": config, **machine, "runs": rows, "summary": summary,
+                      "targets": checks})
 
 
 if __name__ == "__main__":

@@ -25,16 +25,12 @@ largest distance to the exact one, max over bins of |E λ − E_exact λ| / sd_e
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
-import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 HYPER = ["ell", "var", "c"]
 ELL_MIN = 0.03
-RESULTS = Path(__file__).parent / "results" / "lgcp_1d.json"
 
 
 def simulate(bins=200, seed=0):
@@ -114,22 +110,21 @@ def vff_square_model(x, y, feature):
 
 
 def run(model, args, *, chains, warmup, samples, seed=0):
-    """NUTS, chains one after another; CPU seconds include compilation."""
+    """NUTS (the runner's :func:`fit_nuts`), chains one after another; CPU seconds include compilation."""
     import jax
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
-    from numpyro.infer import MCMC, NUTS, init_to_median
 
     from inference.benchmarks.pines import gradient_cost
+    from inference.runner import fit_nuts
 
-    mcmc = MCMC(NUTS(model, target_accept_prob=0.9, init_strategy=init_to_median(num_samples=15)),
-                num_warmup=warmup, num_samples=samples, num_chains=chains, chain_method="sequential",
-                progress_bar=False)
-    c0, t0 = time.process_time(), time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(seed), *args, extra_fields=("num_steps", "diverging"))
-    s = mcmc.get_samples(group_by_chain=True)
-    jax.block_until_ready(s)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    with harness.clock() as c:
+        mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
+                           chains=chains, target_accept=0.9, chain_method="sequential",
+                           extra_fields=("num_steps", "diverging"))
+        s = mcmc.get_samples(group_by_chain=True)
+        jax.block_until_ready(s)
+    cpu, wall = c.cpu, c.wall
     post = {}
     for k in HYPER:
         x = np.asarray(s[k])
@@ -155,63 +150,62 @@ def compare(row, exact):
     return {"sd_distance": d, "max_sd_distance": max(d.values()), "intensity_max_sd_distance": float(curve.max())}
 
 
+COLUMNS = [("model", "name", ""), ("basis", "basis", "d"), ("min bulk ESS / CPU s", "min_bulk_ess_per_cpu_s", ".1f"),
+           ("CPU s", "cpu_s", ".0f"), ("compile s", "compile_s", ".1f"), ("ms/gradient", "ms_per_gradient", ".3f"),
+           ("leapfrog/draw", "leapfrog_per_draw", ".0f"), ("max R-hat", "max_rhat", ".3f")] + [
+    (label, lambda r, k=k: r["posterior"][k]["mean"], ".3f") for label, k in zip(("ℓ", "σ²", "c"), HYPER)] + [
+    ("max distance (sd)", "max_sd_distance", ".2f"), ("intensity max distance (sd)", "intensity_max_sd_distance", ".2f")]
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: short chains, one basis count")
+    p = harness.parser("lgcp_1d", __doc__)
     p.add_argument("--basis", type=int, nargs="*", default=None, help="basis functions (odd)")
-    p.add_argument("--bins", type=int, default=200)
+    p.add_argument("--bins", type=int, default=None, help="default 200 (--quick: 100, so that the exact GP's "
+                   "reference takes seconds)")
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--samples", type=int, default=None)
-    p.add_argument("--cpu", type=int, default=None, help="pin the process to this core")
-    p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
-    import jax
-    jax.config.update("jax_enable_x64", True)
+    machine = harness.setup(args)
     import jax.numpy as jnp
 
-    from ppl_sparsegp.features import FourierFeatures
+    from ppl_sparsegp import FourierFeatures
 
     warmup = args.warmup or (200 if args.quick else 300)
     samples = args.samples or (200 if args.quick else 600)
     basis = args.basis or ([31] if args.quick else [31, 61])
+    args.bins = args.bins or (100 if args.quick else 200)
     x, y = simulate(args.bins)
     x, y = jnp.asarray(x), jnp.asarray(y)
     S = 0.5 * (x.max() - x.min())
     L = max(1.2, 4.5 * ELL_MIN / float(S)) * float(S)
     box = FourierFeatures.from_data(x, ELL_MIN)
     kw = dict(chains=args.chains, warmup=warmup, samples=samples)
-    results = {"settings": {**kw, "bins": args.bins, "ell_min": ELL_MIN, "hsgp_L": L, "box": [box.a, box.b]},
-               "cores": sorted(os.sched_getaffinity(0)), "rows": {}}
-    exact = results["rows"]["exact"] = run(exact_model, (x, y), **kw)
-    print(f"{args.chains} chains x ({warmup} + {samples}), {args.bins} bins, one process, cores {results['cores']}")
-    print("| model | basis | min bulk ESS / CPU s | CPU s | compile s | ms/gradient | leapfrog/draw | max R-hat "
-          "| ℓ | σ² | c | max distance (sd) | intensity max distance (sd) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    settings = {**kw, "bins": args.bins, "ell_min": ELL_MIN, "hsgp_L": L, "box": [box.a, box.b]}
+    store = harness.Store(args.out, ["name"], settings=settings, resume=args.resume, merge=args.merge)
+    print(f"{args.chains} chains x ({warmup} + {samples}), {args.bins} bins, one process, cores {machine['cores']}")
 
-    def show(name, n, r):
-        post = r["posterior"]
-        cmp_ = compare(r, exact)
-        r.update(cmp_)
-        print(f"| {name} | {n} | {r['min_bulk_ess_per_cpu_s']:.1f} | {r['cpu_s']:.0f} | {r['compile_s']:.1f} | "
-              f"{r['ms_per_gradient']:.3f} | {r['leapfrog_per_draw']:.0f} | {r['max_rhat']:.3f} | "
-              + " | ".join(f"{post[k]['mean']:.3f}" for k in HYPER)
-              + f" | {cmp_['max_sd_distance']:.2f} | {cmp_['intensity_max_sd_distance']:.2f} |", flush=True)
+    def fit(name, n, model):
+        if not store.done(name):
+            store.add({"name": name, "basis": n, **run(model, (x, y), **kw)})
+            print(f"{name}: done", flush=True)
+        return store.get(name)
 
-    show("exact", args.bins, exact)
+    exact = fit("exact", args.bins, exact_model)
+    names = ["exact"]
     for n in basis:
         M = (n + 1) // 2
         feature = FourierFeatures(box.a, box.b, M)
         for name, model in ((f"HSGP m={n}", lambda x, y: hsgp_model(x, y, n, L)),
                             (f"VFF M={M}", lambda x, y: vff_model(x, y, feature)),
                             (f"VFF square M={M}", lambda x, y: vff_square_model(x, y, feature))):
-            r = results["rows"][name] = run(model, (x, y), **kw)
-            show(name, n, r)
-    if not args.quick:
-        args.out.write_text(json.dumps(results, indent=1, default=float))
-        print(f"wrote {args.out}")
+            fit(name, n, model)
+            names.append(name)
+    rows = [{**store.get(name), **compare(store.get(name), exact)} for name in names]
+    print(harness.table(rows, COLUMNS))
+    results = {"settings": settings, "cores": machine["cores"], **machine,
+               "rows": {r["name"]: r for r in rows}}
+    store.write_json(results)
     return results
 
 

@@ -29,17 +29,15 @@ and ESS/s against the basis count).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
 import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 HYPER = ["kernel_0_variance", "kernel_0_lengthscale", "kernel_1_lengthscale", "mean"]
 SHORT = {"kernel_0_variance": "σ₀²", "kernel_0_lengthscale": "ℓ₀", "kernel_1_lengthscale": "ℓ₁",
          "mean": "c"}
-RESULTS = Path(__file__).parent / "results" / "pines.json"
+RESULTS = harness.RESULTS / "pines.json"  # holds the stored exact reference (``--exact``)
 HSGP_C = 1.2  # Riutort-Mayol et al. (2023): c = max(1.2, 4.5 ℓ/S) for Matérn-3/2; 1.2 for ℓ ≤ 0.13
 # every chain of every model starts the hyperparameters at models/pines.py's INIT (the latent sites
 # uniformly in (−2, 2)): from init_to_median (ℓ ≈ 6e-4, far below a cell) a chain of the exact model
@@ -96,16 +94,8 @@ def gradient_cost(model, args, repeats=200):
     from numpyro.infer.util import initialize_model
 
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
-    grad = jax.jit(jax.value_and_grad(info.potential_fn))
-    z = info.param_info.z
-    t0 = time.perf_counter()
-    jax.block_until_ready(grad(z))
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = grad(z)
-    jax.block_until_ready(out)
-    return compile_s, 1e3 * (time.perf_counter() - t0) / repeats
+    t = harness.timed(jax.value_and_grad(info.potential_fn), info.param_info.z, repeats=repeats)
+    return t.compile_s, 1e3 * t.mean_s
 
 
 def _posterior_stats(draws: dict) -> dict:
@@ -124,27 +114,28 @@ def _posterior_stats(draws: dict) -> dict:
 
 
 def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False):
-    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``), chains one after another (or in parallel
-    on as many host devices). With
-    ``target_ess`` the chains are extended by ``samples`` draws per round (from the adapted state) until
-    every hyperparameter has bulk ESS ≥ target_ess and R-hat ≤ 1.01, at most ``max_rounds`` rounds."""
+    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; the runner's :func:`fit_nuts`), chains
+    one after another (or in parallel on as many host devices). With ``target_ess`` the chains are extended
+    by ``samples`` draws per round (from the adapted state) until every hyperparameter has bulk ESS ≥
+    target_ess and R-hat ≤ 1.01, at most ``max_rounds`` rounds."""
     import jax
     import numpy as np
-    from numpyro.infer import MCMC, NUTS, init_to_value
+    from numpyro.infer import init_to_value
 
+    from inference.runner import fit_nuts
     from models.pines import INIT
 
-    mcmc = MCMC(NUTS(model, target_accept_prob=0.9, init_strategy=init_to_value(values=INIT)),
-                num_warmup=warmup, num_samples=samples, num_chains=chains,
-                chain_method="parallel" if parallel else "sequential", progress_bar=False)
     draws, steps, divergences = {k: [] for k in HYPER}, [], 0
+    extra_fields = ("diverging", "num_steps")
     t0 = time.perf_counter()
-    key = jax.random.PRNGKey(seed)
     for round_ in range(max_rounds):
-        if round_:
+        if round_ == 0:
+            mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
+                               chains=chains, target_accept=0.9, init_strategy=init_to_value(values=INIT),
+                               chain_method="parallel" if parallel else "sequential", extra_fields=extra_fields)
+        else:
             mcmc.post_warmup_state = mcmc.last_state
-            key = mcmc.post_warmup_state.rng_key
-        mcmc.run(key, *args, extra_fields=("diverging", "num_steps"))
+            mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=extra_fields)
         s = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(s)
         for k in HYPER:
@@ -176,7 +167,7 @@ def configurations(basis: list, ell_min: float):
     """(name, kind, per-axis size, box, residual) rows: the main job, then per basis count HSGP and VFF
     (rule box with the projected process and with the expected log-likelihood, and the old [−1, 2])."""
     from models import pines
-    from ppl_sparsegp.features import FourierFeatures
+    from ppl_sparsegp import FourierFeatures
 
     d = pines.default_feature()
     rows = [(f"VFF main job: M={d.num_frequencies}, box [{d.a:.2f}, {d.b:.2f}], {pines.RESIDUAL} (models/pines.py)",
@@ -193,7 +184,7 @@ def configurations(basis: list, ell_min: float):
 def build_model(kind, size, box, spec, residual=None):
     """(model, args) for one configuration on the pines data of ``spec``."""
     from models import pines
-    from ppl_sparsegp.features import FourierFeatures
+    from ppl_sparsegp import FourierFeatures
 
     axes = spec.X.axes
     if kind == "exact":
@@ -238,8 +229,9 @@ def plot(results: dict, path):
 
 
 def _basis(row):
-    """Basis functions per axis of a stored row."""
-    return row["size"] if row["kind"] == "hsgp" else 2 * row["size"] - 1
+    """Basis functions per axis of a stored row (the exact GP: the grid)."""
+    kind = row.get("kind", "exact")
+    return 64 if kind == "exact" else row["size"] if kind == "hsgp" else 2 * row["size"] - 1
 
 
 def _exact_line(exact):
@@ -248,27 +240,25 @@ def _exact_line(exact):
             + ", ".join(f"{SHORT[k]} {v['mean']:.3f} ± {v['sd']:.3f}" for k, v in exact["posterior"].items()))
 
 
-def _fmt_row(name, n, r):
-    post = r["posterior"]
-    cells = [f"{post[k]['mean']:.3f}" for k in ("kernel_0_lengthscale", "kernel_1_lengthscale",
-                                                "kernel_0_variance", "mean")]
-    dist_ = r.get("distance")
-    d = (f"{max(v['sd_distance'] for v in dist_.values()):.2f} ("
-         + ", ".join(f"{SHORT[k]} {v['sd_distance']:.2f}" for k, v in dist_.items()) + ")") if dist_ else "—"
-    ratio = (", ".join(f"{v['sd_ratio']:.2f}" for v in dist_.values())) if dist_ else "—"
-    return (f"| {name} | {n} | {r['min_bulk_ess_per_s']:.2f} | {r['compile_s']:.1f} | {r['ms_per_gradient']:.3f} | "
-            f"{r['leapfrog_per_draw']:.0f} | {r['max_rhat']:.3f} | {r['divergences']} | " + " | ".join(cells)
-            + f" | {d} | {ratio} |")
+def _distance(r):
+    d = r.get("distance")
+    return None if not d else (f"{max(v['sd_distance'] for v in d.values()):.2f} ("
+                               + ", ".join(f"{SHORT[k]} {v['sd_distance']:.2f}" for k, v in d.items()) + ")")
 
 
-HEADER = ("| model | basis/axis | min bulk ESS/s (wall incl. compile) | compile s | ms/gradient | leapfrog/draw "
-          "| max R-hat | div | ℓ₀ | ℓ₁ | σ₀² | c | max distance (sd of exact) | sd ratio (σ₀², ℓ₀, ℓ₁, c) |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+COLUMNS = [("model", "name", ""), ("basis/axis", _basis, "d"),
+           ("min bulk ESS/s (wall incl. compile)", "min_bulk_ess_per_s", ".2f"), ("compile s", "compile_s", ".1f"),
+           ("ms/gradient", "ms_per_gradient", ".3f"), ("leapfrog/draw", "leapfrog_per_draw", ".0f"),
+           ("max R-hat", "max_rhat", ".3f"), ("div", "divergences", "d")] + [
+    (SHORT[k], lambda r, k=k: r["posterior"][k]["mean"], ".3f")
+    for k in ("kernel_0_lengthscale", "kernel_1_lengthscale", "kernel_0_variance", "mean")] + [
+    ("max distance (sd of exact)", _distance, ""),
+    ("sd ratio (σ₀², ℓ₀, ℓ₁, c)", lambda r: ", ".join(f"{v['sd_ratio']:.2f}" for v in r["distance"].values())
+     if r.get("distance") else None, "")]
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: short chains, one basis count, no exact re-run")
+    p = harness.parser("pines", __doc__)
     p.add_argument("--exact", action="store_true",
                    help="only (re-)compute the exact reference, 4 chains in parallel on every core, and store it")
     p.add_argument("--basis", type=int, nargs="*", default=None,
@@ -279,16 +269,10 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--samples", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cpu", type=int, default=None, help="pin the process to this core")
-    p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
-    import numpyro
-    numpyro.set_host_device_count(4)  # the exact reference's parallel chains (rows run one chain at a time)
-
-    import jax
-    jax.config.update("jax_enable_x64", True)
+    machine = harness.setup(args, devices=4)  # the exact reference's parallel chains (rows run one chain at a time)
+    import json
+    import os
     from types import SimpleNamespace
 
     from models import pines
@@ -297,11 +281,10 @@ def main(argv=None):
     samples = args.samples or (100 if args.quick else 500)
     basis = args.basis if args.basis is not None else ([39] if args.quick else [39, 59, 79])
     spec = pines.build(SimpleNamespace(grid=64))
-    stored = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    results = {"load_average": os.getloadavg(), "cores": sorted(os.sched_getaffinity(0)),
-               "settings": {"chains": args.chains, "warmup": warmup, "samples": samples, "ell_min": args.ell_min,
-                            "hsgp_c": HSGP_C}, "exact": stored.get("exact"),
-               "rows": dict(stored.get("rows", {}))}  # rows not re-run keep their stored results
+    settings = {"chains": args.chains, "warmup": warmup, "samples": samples, "ell_min": args.ell_min,
+                "hsgp_c": HSGP_C, "seed": args.seed}
+    store = harness.Store(args.out, ["name"], settings=settings, resume=args.resume, merge=args.merge)
+    references = harness.Store(args.out, ["name"], settings={"reference": "exact", "seed": args.seed})
 
     if args.exact:
         print("exact reference: 4 parallel chains x (1000 warm-up + rounds of 1000 draws) until every bulk "
@@ -310,39 +293,43 @@ def main(argv=None):
         r = run_nuts(model, a, chains=4, warmup=1000, samples=1000, seed=args.seed, target_ess=400, max_rounds=5,
                      parallel=True)
         r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
-        r["cores"] = results["cores"]
-        stored["exact"] = r
-        args.out.parent.mkdir(exist_ok=True)
-        args.out.write_text(json.dumps(stored, indent=2, default=float))
-        print(_exact_line(r) + f"\nwrote {args.out}")
-        return stored
-    exact = results["exact"]
-    if exact is None:
-        raise SystemExit(f"no exact reference in {args.out}: run `python -m inference.benchmarks.pines --exact` first")
-    print(_exact_line(exact))
-    print(f"\n{args.chains} chains x ({warmup} warm-up + {samples} draws), one process, cores "
-          f"{results['cores']}\n")
-    print(HEADER)
-    print(_fmt_row("exact GP, whitened Kronecker Cholesky (reference run: 4 chains in parallel on 2 cores)",
-                   64, exact), flush=True)
-    for name, kind, size, box, residual in configurations(basis, args.ell_min):
-        model, a = build_model(kind, size, box, spec, residual)
-        r = run_nuts(model, a, chains=args.chains, warmup=warmup, samples=samples, seed=args.seed)
-        r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
-        r["distance"] = distance(r, exact)
-        r.update(kind=kind, size=size, box=box, residual=residual)
-        results["rows"][name] = r
-        print(_fmt_row(name, size if kind == "hsgp" else 2 * size - 1, r), flush=True)
-    if len(results["rows"]) > len(configurations(basis, args.ell_min)):
-        print("\nall stored rows (this run's and earlier runs' at the same settings):\n\n" + HEADER)
-        print(_fmt_row("exact GP (reference run)", 64, exact))
-        for name, r in sorted(results["rows"].items(), key=lambda kv: (_basis(kv[1]), kv[0])):
-            print(_fmt_row(name, _basis(r), r))
-    if not args.quick:
-        args.out.parent.mkdir(exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=2, default=float))
-        plot(results, args.out.with_suffix(".png"))
-        print(f"wrote {args.out} and {args.out.with_suffix('.png').name}")
+        r["cores"] = machine["cores"]
+        exact = references.add({"name": "exact", **r})
+        print(_exact_line(exact))
+    else:
+        exact = references.get("exact")
+        if exact is None and RESULTS.is_file():  # the committed reference
+            exact = json.loads(RESULTS.read_text()).get("exact")
+        if exact is None:
+            raise SystemExit(f"no exact reference in {args.out} or {RESULTS}: run "
+                             "`python -m inference.benchmarks.pines --exact` first")
+        print(_exact_line(exact))
+        print(f"\n{args.chains} chains x ({warmup} warm-up + {samples} draws), one process, cores "
+              f"{machine['cores']}\n")
+        names = []
+        for name, kind, size, box, residual in configurations(basis, args.ell_min):
+            names.append(name)
+            if store.done(name):
+                continue
+            model, a = build_model(kind, size, box, spec, residual)
+            r = run_nuts(model, a, chains=args.chains, warmup=warmup, samples=samples, seed=args.seed)
+            r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
+            r["distance"] = distance(r, exact)
+            r.update(name=name, kind=kind, size=size, box=box, residual=residual)
+            store.add(r)
+            print(f"{name}: min bulk ESS/s {r['min_bulk_ess_per_s']:.2f}, max distance {_distance(r)}", flush=True)
+        reference_row = {**exact, "name": "exact GP, whitened Kronecker Cholesky (reference run: 4 chains in "
+                         "parallel on 2 cores)"}
+        print("\n" + harness.table([reference_row] + [store.get(n) for n in names], COLUMNS))
+        if len(store.rows) > len(names):
+            print("\nall stored rows (this run's and earlier runs' at the same settings):\n")
+            print(harness.table([reference_row] + sorted(store.rows, key=lambda r: (_basis(r), r["name"])), COLUMNS))
+    results = {"load_average": os.getloadavg(), **machine, "settings": settings, "exact": exact,
+               "rows": {r["name"]: r for r in store.rows}}
+    path = store.write_json(results)
+    if not args.quick and store.rows:
+        plot(results, path.with_suffix(".png"))
+        print(f"wrote {path.with_suffix('.png')}")
     return results
 
 

@@ -10,7 +10,7 @@ for R frequencies (2R features) drawn by
 * ``nystrom``: scikit-learn's ``Nystroem`` (γ = 1/2, R components, fitted on an independent uniform set,
   as in the authors' code);
 * ``svgd``: Stein random features, R particles moved by plain SVGD towards N(0, I)
-  (``ppl_sparsegp.approximations.spectrum.stein_frequencies``: SteinVI's step, vectorised; MC start, Adam 0.3, weight
+  (``ppl_sparsegp.stein.stein_frequencies``: SteinVI's step, vectorised; MC start, Adam 0.3, weight
   decay 1e-4, cyclical annealing c = 5, s = 0.5) with the notes' bandwidth, the per-dimension median
   (``bandwidth_scale=1``); ``--svgd-steps`` iterations, 15 000 in the authors' notebook;
 * ``svgd_d``: the same with the bandwidth scaled by d (``bandwidth_scale=d``: h_k = d × the
@@ -25,8 +25,9 @@ Two sweeps: R ∈ {10, 50, 100, 200, 1000} at d = 2, and d ∈ {2, 8, 16, 30} at
 are stored next to ours. Time per approximation is reported as a ratio to Monte Carlo's.
 
 ``python -m inference.benchmarks.srf_kernel_approx [--quick] [--seeds 5] [--svgd-steps 2000] [--resume]``
-prints Markdown tables and writes ``results/srf_kernel_approx.json`` (after every method, with
-``"complete": false`` until the end; ``--resume`` continues an interrupted run).
+prints Markdown tables and writes ``results/srf_kernel_approx.json``; every (sweep, size, method) row is
+stored as soon as it is computed (``results/srf_kernel_approx.jsonl``), and ``--resume`` continues an
+interrupted run.
 
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI, §5.1 and Figure 2.
@@ -34,21 +35,14 @@ References:
 """
 from __future__ import annotations
 
-import os
+import time
 
-# one XLA thread per process: on a shared, oversubscribed CPU the spinning thread pools are slower
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+from inference.benchmarks import harness
 
 METHODS = ("mc", "qmc", "orf", "nystrom", "svgd", "svgd_d")
 R_SWEEP = (10, 50, 100, 200, 1000)
 D_SWEEP = (2, 8, 16, 30)
 N = 1000
-RESULTS = Path(__file__).resolve().parent / "results" / "srf_kernel_approx.json"
 
 #: the authors' CSVs (5 seeds, mean relative error; notes §2.1); "svgd" is their plotted "msrf" column
 PAPER_CODE = {
@@ -70,9 +64,9 @@ def relative_error(method, R, d, seed, svgd_steps):
     import jax.numpy as jnp
     import numpy as np
 
-    from ppl_sparsegp import SquaredExponential
-    from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
-    from ppl_sparsegp.approximations.spectrum import stein_frequencies
+    from ppl_sparsegp import RandomFourierFeatures, SquaredExponential
+    from ppl_sparsegp.features.random_fourier import sample_frequencies
+    from ppl_sparsegp.stein import stein_frequencies
 
     kernel = SquaredExponential(1.0, 1.0)
     k_x, k_fit, k_w = jax.random.split(jax.random.PRNGKey(seed), 3)
@@ -98,52 +92,41 @@ def relative_error(method, R, d, seed, svgd_steps):
     return float(jnp.linalg.norm(K - Kh) / jnp.linalg.norm(K)), seconds
 
 
-def sweep(configs, methods, seeds, svgd_steps, log, done=None, save=None):
-    """Rows ``{key: {method: stats}}``; ``done`` holds rows already computed (kept, not recomputed) and
-    ``save(out)`` is called after every method, so an interrupted run can be resumed."""
+def sweep(name, configs, methods, seeds, svgd_steps, store):
+    """``{key: {method: stats}}`` of one sweep; rows already in ``store`` (``--resume``) are not recomputed."""
     import numpy as np
 
-    out = {k: dict(v) for k, v in (done or {}).items()}
     for key, R, d in configs:
-        row = out.setdefault(key, {})
         for method in methods:
-            if method in row:
+            if store.done(name, key, method):
                 continue
             errs, secs = zip(*(relative_error(method, R, d, s, svgd_steps) for s in range(seeds)))
-            row[method] = {"mean": float(np.mean(errs)), "sd": float(np.std(errs, ddof=1)) if seeds > 1 else 0.0,
-                           "seconds": float(np.mean(secs)), "errors": list(map(float, errs))}
-            log(f"R={R:5d} d={d:3d} {method:8s} {row[method]['mean']:.5f} ± {row[method]['sd']:.5f} "
-                f"({row[method]['seconds']:.2f} s)")
-            if save is not None:
-                save(out)
+            r = store.add({"sweep": name, "key": key, "method": method, "mean": float(np.mean(errs)),
+                           "sd": float(np.std(errs, ddof=1)) if seeds > 1 else 0.0,
+                           "seconds": float(np.mean(secs)), "errors": list(map(float, errs))})
+            print(f"R={R:5d} d={d:3d} {method:8s} {r['mean']:.5f} ± {r['sd']:.5f} ({r['seconds']:.2f} s)", flush=True)
+    out = {}
+    for key, _, _ in configs:
+        for method in methods:
+            r = store.get(name, key, method)
+            out.setdefault(key, {})[method] = {k: r[k] for k in ("mean", "sd", "seconds", "errors")}
     return out
 
 
 def markdown(result, sweep_name, label):
-    methods = result["methods"]
-    head = f"| {label} | " + " | ".join(methods) + " | " + " | ".join(f"{m} (code)" for m in methods) + " |"
-    lines = [head, "|" + "---|" * (1 + 2 * len(methods))]
-    for key, row in result[sweep_name].items():
-        ref = PAPER_CODE[sweep_name].get(int(key), {})
-        ours = " | ".join(f"{row[m]['mean']:.4f} ± {row[m]['sd']:.4f}" if m in row else "—" for m in methods)
-        theirs = " | ".join(f"{ref[m]:.4f}" if m in ref else "" for m in methods)
-        lines.append(f"| {key} | {ours} | {theirs} |")
-    return "\n".join(lines)
+    methods, ref = result["methods"], PAPER_CODE[sweep_name]
+    rows = [{"key": key, **row} for key, row in result[sweep_name].items()]
+    ours = [(m, lambda r, m=m: r.get(m), lambda v: f"{v['mean']:.4f} ± {v['sd']:.4f}") for m in methods]
+    theirs = [(f"{m} (code)", lambda r, m=m: ref.get(int(r["key"]), {}).get(m), ".4f") for m in methods]
+    return harness.table(rows, [(label, "key", "")] + ours + theirs)
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="2 seeds, R ≤ 200, d ≤ 8, 300 SVGD steps")
+    p = harness.parser("srf_kernel_approx", __doc__)
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--svgd-steps", type=int, default=2000)
     p.add_argument("--methods", default=",".join(METHODS))
-    p.add_argument("--out", type=Path, default=RESULTS)
-    p.add_argument("--resume", action="store_true",
-                   help="keep the rows of --out computed with the same seeds and SVGD steps")
     args = p.parse_args(argv)
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
     r_sweep, d_sweep = R_SWEEP, D_SWEEP
     if args.quick:
         args.seeds, args.svgd_steps, r_sweep, d_sweep = 2, 300, (10, 50, 200), (2, 8)
@@ -151,30 +134,17 @@ def main(argv=None):
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {METHODS}")
+    machine = harness.setup(args, one_thread=True)
+    store = harness.Store(args.out, ["sweep", "key", "method"], resume=args.resume, merge=args.merge,
+                          settings={"seeds": args.seeds, "svgd_steps": args.svgd_steps})
     result = {"benchmark": "srf_kernel_approx", "quick": args.quick, "N": N, "seeds": args.seeds,
-              "svgd_steps": args.svgd_steps, "methods": methods, "paper_code": PAPER_CODE,
-              "device": jax.devices()[0].device_kind}
-    old = {}
-    if args.resume and args.out.exists():
-        prev = json.loads(args.out.read_text())
-        if prev.get("seeds") == args.seeds and prev.get("svgd_steps") == args.svgd_steps:
-            old = {name: {int(k): v for k, v in prev.get(name, {}).items()} for name in ("R", "d")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-
-    def save(name):
-        def write(rows):
-            args.out.write_text(json.dumps({**result, name: rows, "complete": False}, indent=1) + "\n")
-        return write
-
-    result["R"] = sweep([(R, R, 2) for R in r_sweep], methods, args.seeds, args.svgd_steps, print,
-                        old.get("R"), save("R"))
-    result["d"] = sweep([(d, 200, d) for d in d_sweep], methods, args.seeds, args.svgd_steps, print,
-                        old.get("d"), save("d"))
+              "svgd_steps": args.svgd_steps, "methods": methods, "paper_code": PAPER_CODE, **machine}
+    result["R"] = sweep("R", [(R, R, 2) for R in r_sweep], methods, args.seeds, args.svgd_steps, store)
+    result["d"] = sweep("d", [(d, 200, d) for d in d_sweep], methods, args.seeds, args.svgd_steps, store)
     result["complete"] = True
     mc_time = result["R"][200]["mc"]["seconds"] if "mc" in methods else None
     if mc_time:
         result["time_ratio_vs_mc_at_R200_d2"] = {m: result["R"][200][m]["seconds"] / mc_time for m in methods}
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
     print("\nRelative Frobenius error, d = 2 (ours: mean ± sd over seeds; code: the authors' CSVs)\n")
     print(markdown(result, "R", "R"))
     print("\nRelative Frobenius error, R = 200\n")
@@ -182,6 +152,7 @@ def main(argv=None):
     if mc_time:
         print("\ntime to build the features relative to MC (R = 200, d = 2; SVGD includes compilation): "
               + ", ".join(f"{m} {v:.1f}×" for m, v in result["time_ratio_vs_mc_at_R200_d2"].items()))
+    store.write_json(result)
     return result
 
 

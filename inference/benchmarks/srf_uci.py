@@ -8,7 +8,7 @@ scaled (wine: standardised) and targets standardised with training statistics on
 
 Methods (all in float64, hyperparameters chosen without test data):
 
-* ``msrfr``: M-SRFR through ``numpyro.contrib.einstein.SteinVI`` (``ppl_sparsegp.approximations.spectrum.fit_msrfr``)
+* ``msrfr``: M-SRFR through ``numpyro.contrib.einstein.SteinVI`` (``ppl_sparsegp.stein.fit_msrfr``)
   with the authors' tuned settings (their 5-fold CV on training data: σ², step sizes, α, annealing s;
   likelihood tempered by 1/M as in their code); mixture predictive of the M particles.
 * ``ssgp``: sparse-spectrum GP with frequencies and lengthscales learned by maximum likelihood (SVI,
@@ -25,11 +25,11 @@ paper's joint-mixture NLPD (summed over the test set, standardised y; for one co
 summed per-point NLPD), training time (compilation included) and its ratio to SSGP's in the same run.
 
 ``python -m inference.benchmarks.srf_uci [--quick] [--splits N] [--datasets a,b] [--methods m1,m2]``
-writes ``results/srf_uci.json`` after every run (``--resume`` skips the runs already stored) and prints
-a Markdown table. Splits can run in parallel processes (``--first-split``, ``--splits``, ``--out`` and
-``--cpu`` per process) and be combined with ``--resume --merge a.json b.json``. Pin each process to its
-own core (``--cpu``): on a 2-core machine two unpinned single-threaded processes took 2.2 times as long
-per SSGP step as two pinned ones.
+stores every run as soon as it is done (``results/srf_uci.jsonl``; ``--resume`` skips the runs already
+stored), writes ``results/srf_uci.json`` and prints a Markdown table. Splits can run in parallel processes
+(``--first-split``, ``--splits``, ``--out`` and ``--cpu`` per process) and be combined with
+``--merge a.jsonl b.jsonl --splits 0``. Pin each process to its own core (``--cpu``): on a 2-core machine
+two unpinned single-threaded processes took 2.2 times as long per SSGP step as two pinned ones.
 
 Runs with learned frequencies (``msrfr``, ``ssgp``) are deterministic for a given number of usable cores
 but not across them: XLA's CPU code, and so the floating-point summation order, depends on the cores a
@@ -45,18 +45,11 @@ from __future__ import annotations
 
 import os
 
-# one XLA thread per process: on a shared, oversubscribed CPU the spinning thread pools are slower
-os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+from inference.benchmarks import harness
 
 DATASETS = ("airfoil", "concrete", "energy", "wine")
 METHODS = ("msrfr", "ssgp", "ssgp_rbf", "svgp")
 SVGP_STEPS = {"airfoil": 3500, "energy": 4000}
-RESULTS = Path(__file__).resolve().parent / "results" / "srf_uci.json"
 
 #: Table 1 of the paper (mean ± sd over 10 seeds; notes §2.2): RMSE in original units, joint NLPD
 PAPER = {
@@ -84,46 +77,41 @@ def _data(name, seed):
     import jax.numpy as jnp
 
     from models import uci_ssgp
+    from ppl_sparsegp.datasets import standardise
 
     Xtr, ytr, Xte, yte = uci_ssgp.split(name, seed)
-    Xtr, ytr, Xte, yte, (ym, ys) = uci_ssgp.standardise(name, Xtr, ytr, Xte, yte)
-    return jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte), jnp.asarray(yte), ys
+    Xtr, ytr, Xte, yte, scaler = standardise(Xtr, ytr, Xte, yte, x_scaling=uci_ssgp.DATASETS[name]["x_scaling"])
+    return jnp.asarray(Xtr), jnp.asarray(ytr), jnp.asarray(Xte), jnp.asarray(yte), scaler["y_sd"]
 
 
 def fit_msrfr(name, seed, steps):
     import jax
 
     from models import uci_ssgp
-    from ppl_sparsegp.approximations.spectrum import fit_msrfr, mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import mixture_metrics
+    from ppl_sparsegp.stein import fit_msrfr
 
     X, y, Xs, ys_, yscale = _data(name, seed)
     gp = uci_ssgp.make_gp(name, X)
-    res = fit_msrfr(gp, X, y, jax.random.PRNGKey(seed), **uci_ssgp.msrfr_settings(name, steps))
+    with harness.clock() as fit_time:  # compilation included
+        res = fit_msrfr(gp, X, y, jax.random.PRNGKey(seed), **uci_ssgp.msrfr_settings(name, steps))
+        jax.block_until_ready(res.params)
     out = gp.predict_particles(Xs, X, y, res.values())
     m = mixture_metrics(ys_, out["f_mean_draws"], out["y_var_draws"], y_scale=yscale)
-    return {**m, "time_s": res.time, "final_stein_force": float(res.losses[-1])}
-
-
-def _svi(model, guide, steps, optim, seed, *args):
-    import jax
-    from numpyro.infer import SVI, Trace_ELBO
-
-    t0 = time.perf_counter()
-    svi = SVI(model, guide, optim, Trace_ELBO())
-    res = svi.run(jax.random.PRNGKey(seed), steps, *args, progress_bar=False)
-    jax.block_until_ready(res.params)
-    return res, time.perf_counter() - t0
+    return {**m, "time_s": fit_time.wall, "final_stein_force": float(res.losses[-1])}
 
 
 def fit_ssgp(name, seed, steps, learn_frequencies=True):
     import jax
     import numpyro.distributions as dist
+    from numpyro.infer import Trace_ELBO
 
+    from inference.runner import fit_svi
     from models import uci_ssgp
-    from ppl_sparsegp import Param, SquaredExponential
+    from ppl_sparsegp import Gaussian, Param, SquaredExponential
     from ppl_sparsegp.features.random_fourier import sample_frequencies
-    from ppl_sparsegp.likelihoods import Gaussian
-    from ppl_sparsegp.approximations.spectrum import AdamW, SparseSpectrumGP, mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP, mixture_metrics
+    from ppl_sparsegp.stein import AdamW
 
     cfg = uci_ssgp.DATASETS[name]
     X, y, Xs, ys_, yscale = _data(name, seed)
@@ -141,8 +129,8 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     # steps were tuned for the median init: airfoil's 0.0027 would leave ℓ where it starts); AdamW as in
     # the authors' code
     optim = AdamW(lambda p: cfg["lr"] if p == "feature_frequencies" else 0.05, weight_decay=1e-4)
-    res, t = _svi(gp.model, gp.guide, steps, optim, seed, X, y)
-    out = gp.predict(Xs, X, y, params=res.params)
+    res, t = fit_svi(gp, X, y, steps=steps, optim=optim, elbo=Trace_ELBO(), rng_key=jax.random.PRNGKey(seed))
+    out = gp.with_data(X, y).predict(Xs, params=res.params)
     m = mixture_metrics(ys_, out["y_mean"][None], out["y_var"][None], y_scale=yscale)
     return {**m, "time_s": t, "final_loss": float(res.losses[-1]), "noise": float(cfg["noise"]),
             "lengthscale": [float(v) for v in res.params["kernel_lengthscale"]]}
@@ -152,12 +140,10 @@ def fit_svgp(name, seed, steps, lr=0.01):
     import jax
     import numpy as np
     import numpyro.distributions as dist
-    from numpyro.infer import SVI, TraceMeanField_ELBO
-    from numpyro.optim import Adam
 
+    from inference.runner import fit_svi
     from models import uci_ssgp
-    from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
-    from ppl_sparsegp.likelihoods import Gaussian
+    from ppl_sparsegp import Gaussian, InducingPoints, Param, SparseGP, SquaredExponential
     from ppl_sparsegp.approximations.spectrum import mixture_metrics
 
     cfg = uci_ssgp.DATASETS[name]
@@ -166,11 +152,7 @@ def fit_svgp(name, seed, steps, lr=0.01):
     pos = dist.constraints.positive
     kernel = SquaredExponential(Param(1.0, pos), Param(np.sqrt(uci_ssgp.initial_lengthscale(X, name)) + 0.1, pos))
     gp = SparseGP(InducingPoints(Param(Z)), kernel, Gaussian(Param(0.1, pos)))
-    t0 = time.perf_counter()
-    svi = SVI(gp.model, gp.guide, Adam(lr), TraceMeanField_ELBO())
-    res = svi.run(jax.random.PRNGKey(seed), steps, X, y, progress_bar=False)
-    jax.block_until_ready(res.params)
-    t = time.perf_counter() - t0
+    res, t = fit_svi(gp, X, y, steps=steps, lr=lr, rng_key=jax.random.PRNGKey(seed))
     out = gp.predict(Xs, params=res.params)
     m = mixture_metrics(ys_, out["y_mean"][None], out["y_var"][None], y_scale=yscale)
     return {**m, "time_s": t, "final_loss": float(res.losses[-1])}
@@ -213,58 +195,30 @@ def summarise(runs):
 
 
 def markdown(summary):
-    lines = ["| data set | method | splits | RMSE (ours) | RMSE (paper) | NLPD/point | NLPD joint (ours) | "
-             "NLPD joint (paper) | train s/run | × SSGP |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name in DATASETS:
-        for method in METHODS:
-            row = summary.get(name, {}).get(method)
-            if row is None:
-                continue
-            p = PAPER["rmse"][method][name]
-            pj = PAPER["nlpd_joint"][method][name]
-            ratio = "" if row["time_ratio_vs_ssgp"] is None else f"{row['time_ratio_vs_ssgp']:.1f}"
-            lines.append(
-                f"| {name} | {method} | {row['splits']} | {row['rmse'][0]:.3f} ± {row['rmse'][1]:.3f} | "
-                f"{p[0]:.2f} ± {p[1]:.2f} | {row['nlpd_point'][0]:.3f} ± {row['nlpd_point'][1]:.3f} | "
-                f"{row['nlpd_joint'][0]:.1f} ± {row['nlpd_joint'][1]:.1f} | {pj[0]:.1f} ± {pj[1]:.1f} | "
-                f"{row['time_s'][0]:.0f} | {ratio} |")
-    return "\n".join(lines)
+    rows = [{"dataset": name, "method": method, **summary[name][method]}
+            for name in DATASETS for method in METHODS if method in summary.get(name, {})]
+    paper = {k: (lambda r, k=k: PAPER[k][r["method"]][r["dataset"]]) for k in ("rmse", "nlpd_joint")}
+    return harness.table(rows, [
+        ("data set", "dataset", ""), ("method", "method", ""), ("splits", "splits", "d"),
+        ("RMSE (ours)", "rmse", harness.pm(3, always=True)), ("RMSE (paper)", paper["rmse"], harness.pm(2, always=True)),
+        ("NLPD/point", "nlpd_point", harness.pm(3, always=True)),
+        ("NLPD joint (ours)", "nlpd_joint", harness.pm(1, always=True)),
+        ("NLPD joint (paper)", paper["nlpd_joint"], harness.pm(1, always=True)),
+        ("train s/run", lambda r: r["time_s"][0], ".0f"), ("× SSGP", "time_ratio_vs_ssgp", ".1f")])
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="1 split, 60 steps: a smoke test, not a result")
+    p = harness.parser("srf_uci", __doc__)
     p.add_argument("--splits", type=int, default=10, help="random splits (seeds 0..N-1) per data set")
     p.add_argument("--first-split", type=int, default=0, help="first seed")
-    p.add_argument("--datasets", default=",".join(DATASETS))
+    p.add_argument("--datasets", default=None, help="comma-separated (default: all; with --quick: concrete)")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--steps", type=int, default=1000, help="iterations (SVGP: its own defaults at 1000)")
-    p.add_argument("--resume", action="store_true", help="keep stored runs and skip them")
-    p.add_argument("--out", type=Path, default=RESULTS)
-    p.add_argument("--cpu", type=int, default=None,
-                   help="pin this process to one CPU core (one process per core for parallel splits)")
-    p.add_argument("--merge", type=Path, nargs="+", metavar="JSON",
-                   help="only combine the runs of these files (e.g. from processes run in parallel on "
-                        "disjoint --first-split ranges) into --out, later files winning, and print the table")
     args = p.parse_args(argv)
-    # the cores this process may use (Linux only; None elsewhere), recorded with every run
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    if args.cpu is not None:  # before JAX starts its threads, so that they inherit the affinity
-        if cores is None:
-            raise ValueError("--cpu: this platform cannot pin a process to a core (no os.sched_setaffinity)")
-        if args.cpu not in cores:
-            raise ValueError(f"--cpu {args.cpu}: not one of this process's cores {cores}")
-        os.sched_setaffinity(0, {args.cpu})
-        cores = [args.cpu]
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
-    # splits of one data set trace to the same XLA program (data are arguments): compile it once
-    jax.config.update("jax_compilation_cache_dir", os.environ.get("SRF_UCI_XLA_CACHE", "/tmp/srf_uci_xla_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     if args.quick:
         args.splits, args.steps = 1, 60
+    if args.datasets is None:
+        args.datasets = "concrete" if args.quick else ",".join(DATASETS)
     datasets = [d for d in args.datasets.split(",") if d]
     methods = [m for m in args.methods.split(",") if m]
     for d in datasets:
@@ -273,40 +227,28 @@ def main(argv=None):
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; choose from {METHODS}")
-    def stored(path):  # the runs of a results file made with the same number of steps
-        return [r for r in json.loads(path.read_text()).get("runs", []) if r.get("steps_setting") == args.steps]
+    machine = harness.setup(args, one_thread=True)
+    import jax
 
-    runs = stored(args.out) if args.resume and args.out.exists() else []
-    if args.merge:
-        for path in args.merge:
-            runs += stored(path)
-        runs = list({(r["dataset"], r["method"], r["split"]): r for r in runs}.values())
-    done = {(r["dataset"], r["method"], r["split"]) for r in runs}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-
-    def save():
-        args.out.write_text(json.dumps(
-            {"benchmark": "srf_uci", "quick": args.quick, "steps": args.steps, "runs": runs,
-             "summary": summarise(runs), "paper": PAPER, "device": jax.devices()[0].device_kind,
-             "xla_flags": os.environ.get("XLA_FLAGS", "")},
-            indent=1, default=float) + "\n")
-
-    if args.merge:
-        save()
-        args.splits = 0
+    # splits of one data set trace to the same XLA program (data are arguments): compile it once
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("SRF_UCI_XLA_CACHE", "/tmp/srf_uci_xla_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    store = harness.Store(args.out, ["dataset", "method", "split"], settings={"steps": args.steps},
+                          resume=args.resume, merge=args.merge)
     for seed in range(args.first_split, args.first_split + args.splits):
         for name in datasets:
             for method in methods:
-                if (name, method, seed) in done:
+                if store.done(name, method, seed):
                     continue
                 r = run_one(method, name, seed, args.steps)
-                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps, cores=cores)
-                runs.append(r)
+                r.update(dataset=name, method=method, split=seed, steps_setting=args.steps, cores=machine["cores"])
+                store.add(r)
                 print(f"{name:9s} {method:9s} split {seed}: RMSE {r['rmse']:.4f}  NLPD/pt {r['nlpd_point']:.3f}  "
                       f"NLPD joint {r['nlpd_joint']:.1f}  {r['time_s']:.0f} s", flush=True)
-                save()
-    summary = summarise(runs)
+    summary = summarise(store.rows)
     print(markdown(summary))
+    store.write_json({"benchmark": "srf_uci", "quick": args.quick, "steps": args.steps, "runs": store.rows,
+                      "summary": summary, "paper": PAPER, **machine})
     return summary
 
 

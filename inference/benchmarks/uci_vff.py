@@ -25,39 +25,27 @@ References:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 DATASETS = ("kin8nm", "power-plant", "protein-tertiary-structure")
-
-
-def _metrics(mean, var, y, y_std):
-    import numpy as np
-
-    s2 = var
-    rmse = float(np.sqrt(np.mean((mean - y) ** 2))) * y_std
-    nlpd = float(np.mean(0.5 * (np.log(2 * np.pi * s2) + (y - mean) ** 2 / s2))) + math.log(y_std)
-    return rmse, nlpd
+METHODS = {"vff": "additive VFF (collapsed)", "sgpr": "SGPR, inducing points, ARD SE"}
 
 
 def fit_vff(split, args):
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
     from inference.benchmarks._map import map_lbfgs
     from models import airline
+    from ppl_sparsegp.datasets import standardise
+    from ppl_sparsegp.diagnostics import nlpd, rmse
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
-    lo, hi = split.X_train.min(0), split.X_train.max(0)
-    span = np.where(hi > lo, hi - lo, 1.0)
-    X, Xs = (split.X_train - lo) / span, (split.X_test - lo) / span
-    ym, ys = split.y_train.mean(), split.y_train.std()
-    y = (split.y_train - ym) / ys
+    X, y, Xs, ys_, scaler = standardise(split.X_train, split.y_train, split.X_test, split.y_test,
+                                        x_scaling="minmax")
     if Xs.min() < airline.BOX[0] or Xs.max() > airline.BOX[1]:
         raise ValueError("a test input lies outside the box; widen airline.BOX")
     t0 = time.perf_counter()
@@ -71,8 +59,9 @@ def fit_vff(split, args):
     t1 = time.perf_counter()
     m, v, noise = airline.predictive(gp, values, Xs, method=args.stats_method)
     predict_time = time.perf_counter() - t1
-    rmse, nlpd = _metrics(m, v + noise, (split.y_test - ym) / ys, ys)
-    return {"rmse": rmse, "nlpd": nlpd, "fit_s": fit_time, "stats_s": t_stats, "predict_s": predict_time,
+    ys = scaler["y_sd"]
+    return {"rmse": rmse(ys_, m, y_scale=ys), "nlpd": nlpd(ys_, m, v + noise, y_scale=ys), "fit_s": fit_time,
+            "stats_s": t_stats, "compile_s": info["compile_s"], "predict_s": predict_time,
             "iterations": info["iterations"], "num_features": feature.num_features}
 
 
@@ -83,14 +72,11 @@ def fit_sgpr(split, args, seed):
     import numpyro.distributions as dist
 
     from inference.benchmarks._map import map_lbfgs
-    from ppl_sparsegp import CollapsedGP, InducingPoints, SquaredExponential
-    from ppl_sparsegp.likelihoods import Gaussian
+    from ppl_sparsegp import CollapsedGP, Gaussian, InducingPoints, SquaredExponential
+    from ppl_sparsegp.datasets import standardise
+    from ppl_sparsegp.diagnostics import nlpd, rmse
 
-    mu, sd = split.X_train.mean(0), split.X_train.std(0)
-    sd = np.where(sd > 0, sd, 1.0)
-    X, Xs = (split.X_train - mu) / sd, (split.X_test - mu) / sd
-    ym, ys = split.y_train.mean(), split.y_train.std()
-    y = (split.y_train - ym) / ys
+    X, y, Xs, ys_, scaler = standardise(split.X_train, split.y_train, split.X_test, split.y_test)
     D = X.shape[1]
     M = min(args.num_inducing, len(y))
     Z = X[np.random.default_rng(seed).choice(len(y), M, replace=False)]
@@ -103,11 +89,12 @@ def fit_sgpr(split, args, seed):
     fit_time = time.perf_counter() - t0
     t1 = time.perf_counter()
     params = {k + "_map": jnp.asarray(v) for k, v in values.items()}
-    pred = jax.jit(lambda Xs, X, y: gp.predict(Xs, X, y, params=params))(jnp.asarray(Xs), Xj, yj)
+    pred = jax.jit(lambda Xs, X, y: gp.with_data(X, y).predict(Xs, params=params))(jnp.asarray(Xs), Xj, yj)
     predict_time = time.perf_counter() - t1
-    rmse, nlpd = _metrics(np.asarray(pred["y_mean"]), np.asarray(pred["y_var"]), (split.y_test - ym) / ys, ys)
-    return {"rmse": rmse, "nlpd": nlpd, "fit_s": fit_time, "predict_s": predict_time,
-            "iterations": info["iterations"], "num_features": M}
+    m, v, ys = np.asarray(pred["y_mean"]), np.asarray(pred["y_var"]), scaler["y_sd"]
+    return {"rmse": rmse(ys_, m, y_scale=ys), "nlpd": nlpd(ys_, m, v, y_scale=ys), "fit_s": fit_time,
+            "compile_s": info["compile_s"], "predict_s": predict_time, "iterations": info["iterations"],
+            "num_features": M}
 
 
 def _parse_splits(text, n_splits):
@@ -127,19 +114,8 @@ def _summary(values):
     return float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0
 
 
-def table(summary):
-    lines = ["| data set | N train | D | method | M | RMSE | NLPD | fit s | predict s | splits |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in summary:
-        lines.append(f"| {r['dataset']} | {r['n_train']} | {r['D']} | {r['method']} | {r['num_features']} | "
-                     f"{r['rmse'][0]:.4f} ± {r['rmse'][1]:.4f} | {r['nlpd'][0]:.3f} ± {r['nlpd'][1]:.3f} | "
-                     f"{r['fit_s'][0]:.1f} | {r['predict_s'][0]:.1f} | {r['splits']} |")
-    return "\n".join(lines)
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="kin8nm and power-plant, split 0, 100 inducing")
+    p = harness.parser("uci_vff", __doc__)
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--splits", default="0", help="comma-separated split numbers, or 'all' (default 0)")
     p.add_argument("--num-frequencies", type=int, default=30)
@@ -147,47 +123,48 @@ def main(argv=None):
     p.add_argument("--stats-method", choices=("nufft", "dense"), default="nufft")
     p.add_argument("--maxiter", type=int, default=300)
     p.add_argument("--data-dir", default=None, help="default $PPL_SPARSEGP_DATA or ../shared/data")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "uci_vff.json")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.splits, args.num_inducing = "kin8nm,power-plant", "0", 100
-
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
+    machine = harness.setup(args)
     import numpy as np
 
     from ppl_sparsegp.datasets import data_dir, load_uci
 
     root = data_dir(args.data_dir)
-    rows, summary = [], []
-    for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
+    store = harness.Store(args.out, ["dataset", "split", "method"], resume=args.resume, merge=args.merge,
+                          settings={k: getattr(args, k) for k in ("num_frequencies", "num_inducing", "stats_method",
+                                                                  "maxiter")})
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    for name in datasets:
         n_splits = int(np.loadtxt(root / "uci" / name / "n_splits.txt"))
-        splits = _parse_splits(args.splits, n_splits)
-        per = {"vff": [], "sgpr": []}
-        for k in splits:
+        for k in _parse_splits(args.splits, n_splits):
+            if all(store.done(name, k, method) for method in METHODS):
+                continue
             split = load_uci(name, k, root=root)
             for method, fn in (("vff", lambda s: fit_vff(s, args)), ("sgpr", lambda s: fit_sgpr(s, args, k))):
                 r = fn(split)
                 r.update(dataset=name, split=k, method=method, n_train=len(split.y_train),
                          D=split.X_train.shape[1], load=os.getloadavg()[0])
-                rows.append(r)
-                per[method].append(r)
+                store.add(r)
                 print(f"{name} split {k} {method}: RMSE {r['rmse']:.4f} NLPD {r['nlpd']:.3f} "
                       f"fit {r['fit_s']:.1f}s (load {r['load']:.1f})", flush=True)
-        for method, rs in per.items():
-            summary.append({"dataset": name, "method": {"vff": "additive VFF (collapsed)",
-                                                        "sgpr": "SGPR, inducing points, ARD SE"}[method],
-                            "n_train": rs[0]["n_train"], "D": rs[0]["D"], "num_features": rs[0]["num_features"],
-                            "splits": len(rs), **{m: _summary([r[m] for r in rs])
-                                                  for m in ("rmse", "nlpd", "fit_s", "predict_s")}})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": rows, "summary": summary, "cpu_count": os.cpu_count(),
-                                    "num_frequencies": args.num_frequencies,
-                                    "num_inducing": args.num_inducing}, indent=2) + "\n")
+    summary = []
+    for name in dict.fromkeys(r["dataset"] for r in store.rows):
+        for method, label in METHODS.items():
+            rs = [r for r in store.rows if r["dataset"] == name and r["method"] == method]
+            if rs:
+                summary.append({"dataset": name, "method": label, "n_train": rs[0]["n_train"], "D": rs[0]["D"],
+                                "num_features": rs[0]["num_features"], "splits": len(rs),
+                                **{m: _summary([r[m] for r in rs]) for m in ("rmse", "nlpd", "fit_s", "predict_s")}})
     print()
-    print(table(summary))
-    print(f"wrote {args.out}")
+    print(harness.table(summary, [
+        ("data set", "dataset", ""), ("N train", "n_train", "d"), ("D", "D", "d"), ("method", "method", ""),
+        ("M", "num_features", "d"), ("RMSE", "rmse", harness.pm(4, always=True)),
+        ("NLPD", "nlpd", harness.pm(3, always=True)), ("fit s", lambda r: r["fit_s"][0], ".1f"),
+        ("predict s", lambda r: r["predict_s"][0], ".1f"), ("splits", "splits", "d")]))
+    store.write_json({"rows": store.rows, "summary": summary, "num_frequencies": args.num_frequencies,
+                      "num_inducing": args.num_inducing, **machine})
     return summary
 
 

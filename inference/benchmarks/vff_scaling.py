@@ -30,35 +30,16 @@ References:
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
-import sys
-import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 FULL_TRAIN = 3_952_942  # 2/3 of the 5,929,413 airline rows of 2008
 
 
-def _cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _peak_rss_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
-
-
-class Stage:
-    """Wall and CPU seconds of a block."""
-
-    def __enter__(self):
-        self.t0, self.c0 = time.perf_counter(), _cpu()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.t0, _cpu() - self.c0
 
 
 def run_size(n_train, args):
@@ -70,11 +51,11 @@ def run_size(n_train, args):
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
     row = {"n_train": int(n_train), "load_before": os.getloadavg()[0]}
-    with Stage() as gen:
+    with harness.clock() as gen:
         n_total = int(round(n_train * 1.5))
         X, y, names, f = airline.synthetic(n_total, seed=args.seed)
     row["generate_s"] = gen.wall
-    with Stage() as prep:
+    with harness.clock() as prep:
         data = airline.prepare(X, y, seed=args.seed)
         del X, y
     f_test = (f[data["test_index"]] - data["y_mean"]) / data["y_std"]
@@ -82,13 +63,13 @@ def run_size(n_train, args):
     feature = airline.make_feature(len(names), args.num_frequencies)
     row["num_features"] = feature.num_features
 
-    with Stage() as st:
+    with harness.clock() as st:
         stats = fourier_statistics(feature, data["X"], data["y"], method="nufft", eps=args.eps,
                                    chunk_size=args.chunk_size)
         jax.block_until_ready(stats)
     row.update(stats_nufft_s=st.wall, stats_nufft_cpu_s=st.cpu)
     if n_train <= args.dense_max:
-        with Stage() as sd:
+        with harness.clock() as sd:
             dense = fourier_statistics(feature, data["X"], data["y"], method="dense")
             jax.block_until_ready(dense)
         row.update(stats_dense_s=sd.wall, stats_dense_cpu_s=sd.cpu,
@@ -97,13 +78,13 @@ def run_size(n_train, args):
         del dense
 
     gp = airline.make_gp(feature, stats)
-    with Stage() as opt:
+    with harness.clock() as opt:
         values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=args.maxiter)
     row.update(optimise_s=opt.wall, optimise_cpu_s=opt.cpu, lbfgs_iterations=info["iterations"],
                lbfgs_evaluations=info["evaluations"], optimise_compile_s=info["compile_s"],
                noise_variance=float(values["likelihood_variance"]))
 
-    with Stage() as pr:
+    with harness.clock() as pr:
         metrics = airline.test_metrics(gp, [values], data["X_test"], data["y_test"], method="nufft",
                                        chunk_size=args.chunk_size)
     row.update(predict_s=pr.wall, predict_cpu_s=pr.cpu, **metrics,
@@ -121,21 +102,16 @@ def _fmt(v, spec=".1f"):
     return "—" if v is None else format(v, spec)
 
 
-def table(rows):
-    lines = ["| N train | prep s | stats NUFFT s (cpu) | stats dense s (cpu) | dense/NUFFT | optimise s (iters) | "
-             "predict s | whole fit s (cpu) | test MSE | oracle MSE | NLPD | peak RSS GB | load 1-min |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        dense = r.get("stats_dense_s")
-        lines.append(
-            f"| {r['n_train']:,} | {_fmt(r['prep_s'])} | {_fmt(r['stats_nufft_s'])} ({_fmt(r['stats_nufft_cpu_s'])}) | "
-            f"{_fmt(dense)} ({_fmt(r.get('stats_dense_cpu_s'))}) | "
-            f"{_fmt(dense / r['stats_nufft_s'] if dense else None, '.2f')} | "
-            f"{_fmt(r['optimise_s'])} ({r['lbfgs_iterations']}) | {_fmt(r['predict_s'])} | "
-            f"{_fmt(r['whole_fit_s'])} ({_fmt(r['whole_fit_cpu_s'])}) | {r['test_mse']:.3f} | "
-            f"{r['oracle_mse']:.3f} | {r['test_nlpd']:.3f} | {r['peak_rss_gb']:.2f} | "
-            f"{r['load_before']:.1f}→{r['load_after']:.1f} |")
-    return "\n".join(lines)
+COLUMNS = [
+    ("N train", "n_train", ","), ("prep s", "prep_s", ".1f"),
+    ("stats NUFFT s (cpu)", lambda r: f"{r['stats_nufft_s']:.1f} ({r['stats_nufft_cpu_s']:.1f})", ""),
+    ("stats dense s (cpu)", lambda r: f"{_fmt(r.get('stats_dense_s'))} ({_fmt(r.get('stats_dense_cpu_s'))})", ""),
+    ("dense/NUFFT", lambda r: r["stats_dense_s"] / r["stats_nufft_s"] if r.get("stats_dense_s") else None, ".2f"),
+    ("optimise s (iters)", lambda r: f"{r['optimise_s']:.1f} ({r['lbfgs_iterations']})", ""),
+    ("compile s (L-BFGS objective)", "optimise_compile_s", ".1f"), ("predict s", "predict_s", ".1f"),
+    ("whole fit s (cpu)", lambda r: f"{r['whole_fit_s']:.1f} ({r['whole_fit_cpu_s']:.1f})", ""),
+    ("test MSE", "test_mse", ".3f"), ("oracle MSE", "oracle_mse", ".3f"), ("NLPD", "test_nlpd", ".3f"),
+    ("peak RSS GB", "peak_rss_gb", ".2f"), ("load 1-min", lambda r: f"{r['load_before']:.1f}→{r['load_after']:.1f}", "")]
 
 
 def slope(rows, key):
@@ -149,38 +125,35 @@ def slope(rows, key):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="only N = 10⁴ and 10⁵")
+    p = harness.parser("vff_scaling", __doc__)
     p.add_argument("--sizes", default=None, help="comma-separated training sizes (default 1e4,1e5,1e6,3952942)")
     p.add_argument("--dense-max", type=float, default=float(FULL_TRAIN),
                    help="time the dense statistics only up to this N (default: all sizes)")
     p.add_argument("--devices", type=int, default=1,
-                   help="host devices to shard the chunks over (sets XLA_FLAGS; default 1: FINUFFT and "
-                        "XLA already use every core)")
+                   help="host devices to shard the chunks over (default 1: FINUFFT and XLA already use every core)")
     p.add_argument("--num-frequencies", type=int, default=30)
     p.add_argument("--eps", type=float, default=1e-12, help="NUFFT tolerance")
     p.add_argument("--chunk-size", type=int, default=None, help="rows per device per step")
     p.add_argument("--maxiter", type=int, default=500, help="L-BFGS iterations at most")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "vff_scaling.json")
     args = p.parse_args(argv)
-
-    if "jax" not in sys.modules and args.devices > 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={args.devices}")
+    machine = harness.setup(args, devices=args.devices)
     import jax
 
-    jax.config.update("jax_enable_x64", True)
     if args.sizes:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
     else:
         sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000, FULL_TRAIN]
-    rows = []
+    store = harness.Store(args.out, ["n_train"], resume=args.resume, merge=args.merge,
+                          settings={k: getattr(args, k) for k in ("dense_max", "devices", "num_frequencies", "eps",
+                                                                  "chunk_size", "maxiter", "seed")})
     for n in sizes:
-        rows.append(run_size(n, args))
-        print(table(rows[-1:]).splitlines()[-1], flush=True)
+        if not store.done(n):
+            store.add(run_size(n, args))
+            print(harness.table([store.get(n)], COLUMNS).splitlines()[-1], flush=True)
+    rows = sorted(store.rows, key=lambda r: r["n_train"])
     result = {
-        "rows": rows, "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
+        "rows": rows, "devices": [str(d) for d in jax.devices()], **machine,
         "eps": args.eps, "num_frequencies": args.num_frequencies,
         "slope_stats_nufft": slope(rows, "stats_nufft_s"), "slope_stats_dense": slope(rows, "stats_dense_s"),
         "slope_whole_fit": slope(rows, "whole_fit_s"),
@@ -188,14 +161,12 @@ def main(argv=None):
                   "vff_mse": 0.827, "vff_nlpd": 1.324},
         "targets": {"stats_s": 15, "whole_fit_s": 30},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print()
-    print(table(rows))
+    print(harness.table(rows, COLUMNS))
     print(f"\nslope of log time vs log N: statistics NUFFT {_fmt(result['slope_stats_nufft'], '.2f')}, "
           f"dense {_fmt(result['slope_stats_dense'], '.2f')}, whole fit {_fmt(result['slope_whole_fit'], '.2f')}; "
           f"devices: {len(jax.devices())}, cores: {os.cpu_count()}")
-    print(f"wrote {args.out}")
+    store.write_json(result)
     return result
 
 

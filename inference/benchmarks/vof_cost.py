@@ -22,11 +22,10 @@ the same run (the machine is shared: absolute times vary).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 VARIANCE, LENGTHSCALE, NOISE_SD = 0.5, 0.5, 0.01
 
@@ -38,9 +37,8 @@ def make_gp(kind, M, X, q_cov, T=50, fixed=False):
     import numpyro.distributions as dist
     from numpyro.distributions import constraints
 
-    from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
-    from ppl_sparsegp.features.orthogonal import HermiteFeatures, TrigonometricFeatures
-    from ppl_sparsegp.likelihoods import Gaussian
+    from ppl_sparsegp import (Gaussian, HermiteFeatures, InducingPoints, Param, SparseGP, SquaredExponential,
+                              TrigonometricFeatures)
 
     if fixed:
         kernel, lik = SquaredExponential(VARIANCE, LENGTHSCALE), Gaussian(NOISE_SD**2)
@@ -108,9 +106,8 @@ def elbo_spread(kind, M, T, X, y, keys):
     import numpy as np
     from numpyro.infer import TraceMeanField_ELBO
 
-    from ppl_sparsegp import Kuf, Kuu
+    from ppl_sparsegp import Kuf, Kuu, SufficientStatistics
     from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
-    from ppl_sparsegp.covariances import SufficientStatistics
 
     gp = make_gp(kind, M, X, "full", T=T, fixed=True)
     ex = make_gp("trig", M, X, "full", fixed=True)
@@ -123,27 +120,35 @@ def elbo_spread(kind, M, T, X, y, keys):
     return float(np.std(a)), float(np.std(np.asarray(a) - np.asarray(b)))
 
 
+LABELS = {"svgp": "SVGP (inducing points)", "hermite": "Hermite VOF", "trig": "TrigVOF quadrature",
+          "stratified": "TrigVOF MC stratified", "paired": "TrigVOF MC paired"}
+
+
+def _g(v):
+    return f"{v:.3g}"
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="N = 1000, M = 31, T in {10, 50, 100}, fewer repeats")
+    p = harness.parser("vof_cost", __doc__)
     p.add_argument("--n", type=int, default=10_000)
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--steps", type=int, default=50, help="SVI steps per timed block")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
-
+    machine = harness.setup(args)
     import jax
-    jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import numpy as np
-
-    from ppl_sparsegp import SquaredExponential
 
     n = 1000 if args.quick else args.n
     Ms = [31] if args.quick else [31, 71]
     Ts = [10, 50, 100] if args.quick else [10, 25, 50, 100, 200]
     repeats = 5 if args.quick else args.repeats
     batch = min(args.batch_size, n)
+    spread_keys = jax.random.split(jax.random.PRNGKey(1), 100 if args.quick else 300)
+    store = harness.Store(args.out, ["M", "features", "q_cov", "T"], resume=args.resume, merge=args.merge,
+                          settings={"n": n, "batch_size": batch, "steps": args.steps, "repeats": repeats,
+                                    "spread_keys": len(spread_keys)})
     rng = np.random.default_rng(0)
     x = rng.normal(0.0, 3.0, n)
     # a GP draw by random features (an exact O(n³) draw is needless for timing): SE spectral frequencies
@@ -152,7 +157,6 @@ def main(argv=None):
     X, y = jnp.asarray(x[:, None]), jnp.asarray(f + NOISE_SD * rng.normal(size=n))
     # the spread needs the full-batch objective: on the first 1000 points
     Xs, ys = X[:1000], y[:1000]
-    spread_keys = jax.random.split(jax.random.PRNGKey(1), 100 if args.quick else 300)
 
     t_start = time.perf_counter()
     print(f"N = {n}, minibatch {batch}, {args.steps} steps per timed block, median of {repeats}; "
@@ -160,35 +164,34 @@ def main(argv=None):
     configs = [("svgp", "full", None), ("svgp", "diag", None), ("hermite", "full", None),
                ("hermite", "diag", None), ("trig", "full", None), ("trig", "diag", None)]
     configs += [(est, "diag", T) for est in ("stratified", "paired") for T in Ts]
-    labels = {"svgp": "SVGP (inducing points)", "hermite": "Hermite VOF", "trig": "TrigVOF quadrature",
-              "stratified": "TrigVOF MC stratified", "paired": "TrigVOF MC paired"}
-    rows = []
-    for M in Ms:
-        blocks = [compiled_block(make_gp(kind, M, X, q_cov, T=T or 50), X, y, batch, args.steps)
-                  for kind, q_cov, T in configs]
+    for M in Ms:  # the configurations of one M are timed together (round robin): resumed as a whole
+        if all(store.done(M, kind, q_cov, T) for kind, q_cov, T in configs):
+            continue
+        blocks, compile_s = [], []
+        for kind, q_cov, T in configs:
+            with harness.clock() as c:
+                blocks.append(compiled_block(make_gp(kind, M, X, q_cov, T=T or 50), X, y, batch, args.steps))
+            compile_s.append(c.wall)
         secs = time_round_robin(blocks, args.steps, repeats)
-        for (kind, q_cov, T), sec in zip(configs, secs):
+        for (kind, q_cov, T), sec, comp in zip(configs, secs, compile_s):
             sd_total = sd_mc = None
             if T is not None:
                 sd_total, sd_mc = elbo_spread(kind, M, T, Xs, ys, spread_keys)
-            rows.append({"M": M, "features": kind, "q_cov": q_cov, "T": T, "seconds_per_step": sec,
-                         "ratio_to_svgp": sec / secs[0], "elbo_sd_total": sd_total, "elbo_sd_mc": sd_mc})
+            store.add({"M": M, "features": kind, "q_cov": q_cov, "T": T, "seconds_per_step": sec,
+                       "ratio_to_svgp": sec / secs[0], "elbo_sd_total": sd_total, "elbo_sd_mc": sd_mc,
+                       "compile_s": comp - sec * args.steps})  # the first block minus a steady-state one
         print(f"M = {M} done", flush=True)
-    print("\n| M | features | q(u) | T | ms / step | / SVGP (same M, full S) | sd total | sd MC |")
-    print("|---|---|---|---|---|---|---|---|")
-    fmt = lambda v: "" if v is None else f"{v:.3g}"
-    for r in rows:
-        print(f"| {r['M']} | {labels[r['features']]} | {r['q_cov']} | {r['T'] or ''} | "
-              f"{1e3 * r['seconds_per_step']:.3g} | {r['ratio_to_svgp']:.2f} | {fmt(r['elbo_sd_total'])} | "
-              f"{fmt(r['elbo_sd_mc'])} |")
+    rows = [r for r in store.rows if r["M"] in Ms]
+    print("\n" + harness.table(rows, [
+        ("M", "M", "d"), ("features", lambda r: LABELS[r["features"]], ""), ("q(u)", "q_cov", ""),
+        ("T", lambda r: r["T"] or "", ""), ("ms / step", lambda r: 1e3 * r["seconds_per_step"], ".3g"),
+        ("/ SVGP (same M, full S)", "ratio_to_svgp", ".2f"), ("compile s", "compile_s", ".1f"),
+        ("sd total", "elbo_sd_total", _g), ("sd MC", "elbo_sd_mc", _g)]))
     total = time.perf_counter() - t_start
     print(f"\n(sd columns: spread of the full-batch ELBO estimate over {len(spread_keys)} keys, N = 1000)")
     print(f"total {total:.0f} s")
-    out = Path(__file__).parent / "results" / "vof_cost.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"quick": args.quick, "n": n, "batch_size": batch, "rows": rows,
-                               "seconds": total, "load_average": os.getloadavg()}, indent=2))
-    print(f"wrote {out}")
+    store.write_json({"quick": args.quick, "n": n, "batch_size": batch, "rows": rows, "seconds": total,
+                      "load_average": os.getloadavg(), **machine})
 
 
 if __name__ == "__main__":

@@ -22,12 +22,11 @@ above the closed-form optimum (the paper ran 30 000).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import time
-from pathlib import Path
+
+from inference.benchmarks import harness
 
 VARIANCE, LENGTHSCALE, NOISE_SD, N = 0.5, 0.5, 0.01, 1000
 MIX_MEANS = (1.869, -4.361)  # 0.7·μ1 + 0.3·μ2 = 0, 0.7(1 + μ1²) + 0.3(0.5 + μ2²) = 9
@@ -47,7 +46,7 @@ def inputs(kind, n, rng):
 
 
 def make_feature(family, M, theta):
-    from ppl_sparsegp.features.orthogonal import HermiteFeatures, TrigonometricFeatures
+    from ppl_sparsegp import HermiteFeatures, TrigonometricFeatures
 
     return HermiteFeatures(M, input_scale=theta) if family == "hermite" else TrigonometricFeatures(M, band=theta)
 
@@ -57,10 +56,8 @@ def optimal_elbos_fn(family, M, kernel, X, y):
     import jax
     import jax.numpy as jnp
 
-    from ppl_sparsegp import Kuf, Kuu, SparseGP, collapsed_elbo
+    from ppl_sparsegp import Gaussian, Kuf, Kuu, SparseGP, SufficientStatistics, collapsed_elbo
     from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
-    from ppl_sparsegp.covariances import SufficientStatistics
-    from ppl_sparsegp.likelihoods import Gaussian
 
     noise = NOISE_SD**2
     template = make_feature(family, M, 1.0)
@@ -106,35 +103,26 @@ def maximise(fn, lo, hi, grid, iters):
 def svi_gap(kernel, X, y, exact, q_cov, steps, seed):
     """TrigVOF M = 31 by SVI with the stratified MC ELBO (T = 50), band learnt: exact ELBO gap at the end."""
     import jax
-    import numpyro
     from numpyro.distributions import constraints
-    from numpyro.infer import SVI, TraceMeanField_ELBO
 
-    from ppl_sparsegp import Param, SparseGP
-    from ppl_sparsegp.features.orthogonal import TrigonometricFeatures
-    from ppl_sparsegp.likelihoods import Gaussian
+    from inference.runner import fit_svi
+    from ppl_sparsegp import Gaussian, Param, SparseGP, TrigonometricFeatures
 
     feature = TrigonometricFeatures(31, band=Param(5.0, constraints.positive), estimator="stratified",
                                     num_samples=50)
     gp = SparseGP(feature, kernel, Gaussian(NOISE_SD**2), q_cov=q_cov)
-    svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.01), TraceMeanField_ELBO())
-    t0 = time.perf_counter()
-    res = svi.run(jax.random.PRNGKey(seed), steps, X, y, progress_bar=False)
+    res, seconds = fit_svi(gp, X, y, steps=steps, lr=0.01, rng_key=jax.random.PRNGKey(seed))
     elbo = float(gp.elbo(res.params, X, y))
-    return {"gap": exact - elbo, "band": float(res.params["feature_band"]),
-            "seconds": time.perf_counter() - t0}
+    return {"gap": exact - elbo, "band": float(res.params["feature_band"]), "seconds": seconds}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="M in {11, 31, 71}, coarser search")
+    p = harness.parser("vof_elbo_gap", __doc__)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--svi-steps", type=int, default=0,
                    help="SVI steps of the TrigVOF M=31 Monte Carlo fits (default 0: not run)")
     args = p.parse_args(argv)
-
-    import jax
-    jax.config.update("jax_enable_x64", True)
+    machine = harness.setup(args)
     import jax.numpy as jnp
     import numpy as np
 
@@ -143,13 +131,15 @@ def main(argv=None):
     Ms = [11, 31, 71] if args.quick else [11, 15, 21, 25, 31, 35, 41, 45, 51, 55, 61, 65, 71]
     grid, iters = (10, 12) if args.quick else (16, 20)
     svi_steps = args.svi_steps
+    store = harness.Store(args.out, ["table", "inputs", "family", "M", "q_cov"], resume=args.resume,
+                          merge=args.merge, settings={"seed": args.seed, "grid": grid, "iters": iters,
+                                                      "svi_steps": svi_steps})
     kernel = SquaredExponential(VARIANCE, LENGTHSCALE)
     dists = ("gaussian", "uniform", "mixture")
     t_start = time.perf_counter()
     print(f"N = {N}, SE(variance {VARIANCE}, lengthscale {LENGTHSCALE}), noise sd {NOISE_SD}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    rows, exact = [], {}
-    data = {}
+    exact, data = {}, {}
     for i, dist_name in enumerate(dists):
         rng = np.random.default_rng(args.seed + i)
         x = np.sort(inputs(dist_name, N, rng))
@@ -162,6 +152,8 @@ def main(argv=None):
               f"exact log marginal likelihood {exact[dist_name]:.1f}", flush=True)
         for family in ("hermite", "trig"):
             for M in Ms:
+                if store.done("gap", dist_name, family, M, None):
+                    continue
                 f = optimal_elbos_fn(family, M, kernel, X, y)
                 cache = {}
 
@@ -173,51 +165,50 @@ def main(argv=None):
 
                 dense, th_dense = maximise(lambda t: value(t, 0), *BRACKETS[family], grid, iters)
                 diag, th_diag = maximise(lambda t: value(t, 1), *BRACKETS[family], grid, iters)
-                rows.append({"inputs": dist_name, "family": family, "M": M,
-                             "gap_dense": exact[dist_name] - dense, "gap_diag": exact[dist_name] - diag,
-                             "theta_dense": th_dense, "theta_diag": th_diag})
+                store.add({"table": "gap", "inputs": dist_name, "family": family, "M": M,
+                           "gap_dense": exact[dist_name] - dense, "gap_diag": exact[dist_name] - diag,
+                           "theta_dense": th_dense, "theta_diag": th_diag})
+    rows = [r for r in store.rows if r["table"] == "gap" and r["M"] in Ms]
+
+    def row(d, family, M):
+        return next(r for r in rows if r["inputs"] == d and r["family"] == family and r["M"] == M)
+
     param = {"hermite": "σ_p", "trig": "a"}
     for family in ("hermite", "trig"):
         print(f"\n### {family}: exact log marginal likelihood − ELBO "
               f"(nats; optimal q, {param[family]} optimised)\n")
-        print("| M | " + " | ".join(f"{d} dense | {d} diag" for d in dists) + " |")
-        print("|---|" + "---|---|" * len(dists))
-        for M in Ms:
-            cells = []
-            for d in dists:
-                r = next(r for r in rows if r["inputs"] == d and r["family"] == family and r["M"] == M)
-                cells += [f"{r['gap_dense']:.4g}", f"{r['gap_diag']:.4g}"]
-            print(f"| {M} | " + " | ".join(cells) + " |")
+        columns = [("M", lambda M: M, "d")] + [
+            (f"{d} {q}", lambda M, d=d, q=q: row(d, family, M)[f"gap_{q}"], ".4g") for d in dists for q in ("dense", "diag")]
+        print(harness.table(Ms, columns))
         print(f"\n{param[family]} at the optimum (dense / diag), largest M: " + "; ".join(
-            f"{d} {r['theta_dense']:.3g} / {r['theta_diag']:.3g}" for d in dists
-            for r in [next(r for r in rows if r["inputs"] == d and r["family"] == family and r["M"] == Ms[-1])]))
+            f"{d} {r['theta_dense']:.3g} / {r['theta_diag']:.3g}" for d in dists for r in [row(d, family, Ms[-1])]))
     # the paper's finding, as numbers: diagonal minus dense gap (Hermite), median over M
     excess = {d: float(np.median([r["gap_diag"] - r["gap_dense"] for r in rows
                                   if r["inputs"] == d and r["family"] == "hermite"])) for d in dists}
     print("\nHermite, median over M of (diag gap − dense gap): "
           + ", ".join(f"{d} {v:.3g}" for d, v in excess.items()))
-    svi_rows = []
     if svi_steps:
         print(f"\n### TrigVOF M = 31 by SVI with the stratified MC ELBO (T = 50, {svi_steps} Adam steps, "
-              "band learnt from 5)\n")
-        print("| inputs | q(u) | SVI gap | closed-form gap | band |")
-        print("|---|---|---|---|---|")
+              "band learnt from 5)")
         for d in dists:
             X, y = data[d]
             for q_cov in ("full", "diag"):
+                if store.done("svi", d, None, None, q_cov):
+                    continue
                 out = svi_gap(kernel, X, y, exact[d], q_cov, svi_steps, args.seed)
-                ref = next(r for r in rows if r["inputs"] == d and r["family"] == "trig" and r["M"] == 31)
-                ref_gap = ref["gap_dense"] if q_cov == "full" else ref["gap_diag"]
-                svi_rows.append({"inputs": d, "q_cov": q_cov, **out, "closed_form_gap": ref_gap})
-                print(f"| {d} | {q_cov} | {out['gap']:.4g} | {ref_gap:.4g} | {out['band']:.3g} |", flush=True)
+                ref = row(d, "trig", 31)
+                store.add({"table": "svi", "inputs": d, "q_cov": q_cov, **out,
+                           "closed_form_gap": ref["gap_dense"] if q_cov == "full" else ref["gap_diag"]})
+    svi_rows = [r for r in store.rows if r["table"] == "svi"]
+    if svi_rows:
+        print("\n" + harness.table(svi_rows, [("inputs", "inputs", ""), ("q(u)", "q_cov", ""), ("SVI gap", "gap", ".4g"),
+                                              ("closed-form gap", "closed_form_gap", ".4g"), ("band", "band", ".3g"),
+                                              ("fit s (incl. compile)", "seconds", ".1f")]))
     total = time.perf_counter() - t_start
     print(f"\ntotal {total:.0f} s")
-    out = Path(__file__).parent / "results" / "vof_elbo_gap.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"quick": args.quick, "n": N, "exact_lml": exact, "rows": rows,
-                               "hermite_median_excess_diag": excess, "svi": svi_rows,
-                               "seconds": total, "load_average": os.getloadavg()}, indent=2))
-    print(f"wrote {out}")
+    store.write_json({"quick": args.quick, "n": N, "exact_lml": exact, "rows": rows,
+                      "hermite_median_excess_diag": excess, "svi": svi_rows, "seconds": total,
+                      "load_average": os.getloadavg(), **machine})
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ From the data directory (:func:`data_dir`: the environment variable ``PPL_SPARSE
   (``uci/<name>/``);
 * :func:`load_srf`: the four UCI sets as the Stein random features paper used them (``srf/<name>.csv``).
 
-Loaders return NumPy float64 arrays exactly as stored; standardising (with training statistics only)
-is the model's job. Nothing is ever downloaded.
+Loaders return NumPy float64 arrays exactly as stored; :func:`standardise` scales a split with its
+training statistics only (the models call it). Nothing is ever downloaded.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["ENV_VAR", "SolarData", "UCISplit", "load_solar", "load_pines", "load_banana", "data_dir",
-           "uci_names", "srf_names", "load_uci", "load_srf"]
+           "uci_names", "srf_names", "load_uci", "load_srf", "Standardised", "standardise"]
 
 ENV_VAR = "PPL_SPARSEGP_DATA"
 
@@ -185,3 +185,37 @@ def load_srf(name: str, *, root=None, return_names: bool = False):
     if return_names:
         return X, y, [header[i] for i in keep], target
     return X, y
+
+
+# --- scaling ----------------------------------------------------------------------------------------
+class Standardised(NamedTuple):
+    """A split scaled by :func:`standardise`; ``y_test`` is None when none was given. ``scaler`` holds
+    ``x_shift``, ``x_scale`` (D,) and the floats ``y_mean``, ``y_sd``: a prediction with mean m and
+    variance v in the scaled units is m·y_sd + y_mean and v·y_sd² in the original ones."""
+
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray | None
+    scaler: dict
+
+
+def standardise(X_train, y_train, X_test, y_test=None, *, x_scaling: str = "standard") -> Standardised:
+    """Scale inputs and targets with the *training* statistics only (applied unchanged to the test set).
+
+    :param x_scaling: ``"standard"``: (X − mean) / sd per column; ``"minmax"``: (X − min) / (max − min),
+        training inputs in [0, 1]. A constant column gets scale 1. Targets: (y − mean) / sd.
+    :returns: :class:`Standardised` ``(X_train, y_train, X_test, y_test, scaler)``.
+    """
+    X_train, y_train, X_test = np.asarray(X_train), np.asarray(y_train), np.asarray(X_test)
+    if x_scaling == "standard":
+        shift, scale = X_train.mean(0), X_train.std(0)
+    elif x_scaling == "minmax":
+        shift, scale = X_train.min(0), X_train.max(0) - X_train.min(0)
+    else:
+        raise ValueError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
+    scale = np.where(scale > 0, scale, 1.0)
+    y_mean, y_sd = y_train.mean(), y_train.std()
+    scaled_test = None if y_test is None else (np.asarray(y_test) - y_mean) / y_sd
+    return Standardised((X_train - shift) / scale, (y_train - y_mean) / y_sd, (X_test - shift) / scale, scaled_test,
+                        {"x_shift": shift, "x_scale": scale, "y_mean": float(y_mean), "y_sd": float(y_sd)})
