@@ -16,9 +16,12 @@ Inference results become :class:`arviz.InferenceData` with the groups
 * for SVI, a group ``svi`` holding the optimised parameters and the loss (negative ELBO) trace (dim
   ``step``), so that :func:`predict` can use q(u) analytically after :func:`load`.
 
-:func:`summary` (R-hat, ESS [2]), :func:`save` / :func:`load` (netCDF), :func:`predict` and
-:func:`predictive_metrics` (RMSE, NLPD) from an InferenceData, and the plots :func:`plot_trace`,
-:func:`plot_fit_1d` complete the module.
+:func:`adequacy` says, per posterior draw, how much of the prior variance at the data the features miss
+(and the fix when too much). :func:`summary` (R-hat, ESS [2]), :func:`save` / :func:`load` (netCDF),
+:func:`predict` and :func:`predictive_metrics` from an InferenceData, the metrics :func:`rmse`,
+:func:`nlpd`, :func:`mixture_nlpd`, :func:`mixture_metrics`, :func:`categorical_nlpd`, the Stein particle
+results (:func:`stein_inference_data`, :func:`stein_diagnostics`) and the plots :func:`plot_trace`,
+:func:`plot_fit_1d`, :func:`plot_spectral_density` complete the module.
 
 References:
     1. Hensman, Matthews, Filippone, Ghahramani (2015), MCMC for variationally sparse Gaussian processes.
@@ -49,7 +52,9 @@ with warnings.catch_warnings():  # arviz 0.2x announces its 1.0 refactor on impo
     import arviz as az
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "posterior_samples",
-           "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d"]
+           "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
+           "adequacy", "rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
+           "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
 
 SVI_GROUP = "svi"
 
@@ -498,7 +503,6 @@ def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title
 # --- predictive metrics -----------------------------------------------------------------------------
 # Test metrics from predictive means and variances (NumPy in, floats out). Targets standardised by a
 # training sd s (``y_scale``) are reported in the original units: RMSE × s, NLPD + log s per point.
-__all__ += ["rmse", "nlpd", "mixture_nlpd", "categorical_nlpd"]
 
 
 def rmse(y, mean, *, y_scale: float = 1.0) -> float:
@@ -510,8 +514,6 @@ def rmse(y, mean, *, y_scale: float = 1.0) -> float:
 def nlpd(y, mean, var, *, y_scale: float = 1.0) -> float:
     r"""Mean negative log density of Gaussian predictives,
     :math:`\frac1N\sum_n \tfrac12\big(\log 2\pi v_n + (y_n - m_n)^2/v_n\big) + \log s`."""
-    import math
-
     y, mean, var = np.asarray(y), np.asarray(mean), np.asarray(var)
     return float(np.mean(0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var))) + math.log(y_scale)
 
@@ -523,17 +525,30 @@ def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool 
     ``joint``: :math:`-\log\frac1S\sum_s\prod_n\mathcal N(y_n\mid m_{sn}, v_{sn}) + N\log s` (summed over
     the test set).
     """
-    import math
-
-    from scipy.special import logsumexp as _logsumexp
-
     y = np.asarray(y)
     m, v = np.atleast_2d(np.asarray(mean_draws)), np.atleast_2d(np.asarray(var_draws))
     logp = -0.5 * (np.log(2 * np.pi * v) + (y - m) ** 2 / v)  # (S, N)
     S, N = logp.shape
     if joint:
-        return float(-(_logsumexp(np.sum(logp, 1)) - math.log(S))) + N * math.log(y_scale)
-    return float(-np.mean(_logsumexp(logp, axis=0) - math.log(S))) + math.log(y_scale)
+        return float(-(logsumexp(np.sum(logp, 1)) - math.log(S))) + N * math.log(y_scale)
+    return float(-np.mean(logsumexp(logp, axis=0) - math.log(S))) + math.log(y_scale)
+
+
+def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0) -> dict:
+    r"""Test metrics of an equally weighted mixture of M Gaussian predictives (M-SRFR's particles, or
+    posterior draws): ``mean_draws``, ``var_draws`` (M, N) per-component y predictives of standardised
+    targets ``y``.
+
+    :returns: ``rmse`` (of the mixture mean, original units), ``nlpd_point`` (mean over test points of
+        :math:`-\log\frac1M\sum_m\mathcal N(y_i\mid\mu_{mi},\sigma^2_{mi})`), ``nlpd_joint`` (the SRF
+        paper's :math:`-\log\frac1M\sum_m\prod_i\mathcal N(y_i\mid\mu_{mi},\sigma^2_{mi})`, summed over
+        the test set) and ``nlpd_gaussian`` (the summed NLPD of the moment-matched Gaussian, Algorithm 2);
+        the NLPDs on the standardised scale.
+    """
+    m, v = np.atleast_2d(np.asarray(mean_draws)), np.atleast_2d(np.asarray(var_draws))
+    mu, var = m.mean(0), v.mean(0) + m.var(0)  # law of total variance
+    return {"rmse": rmse(y, mu, y_scale=y_scale), "nlpd_point": mixture_nlpd(y, m, v),
+            "nlpd_joint": mixture_nlpd(y, m, v, joint=True), "nlpd_gaussian": len(mu) * nlpd(y, mu, var)}
 
 
 def categorical_nlpd(y, probs) -> float:
@@ -544,7 +559,6 @@ def categorical_nlpd(y, probs) -> float:
 
 
 # --- Stein particle results ---------------------------------------------------------------------------
-__all__ += ["stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
 
 
 def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):

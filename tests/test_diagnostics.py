@@ -7,6 +7,7 @@ import pytest
 import xarray as xr
 from numpyro import optim
 from numpyro.infer import MCMC, NUTS, SVI, TraceMeanField_ELBO
+from scipy import stats
 from scipy.special import logsumexp
 
 import ppl_sparsegp as psg
@@ -288,3 +289,18 @@ def test_adequacy_residual_fraction_against_a_dense_computation_and_its_advice()
     assert good["ok"] and good["q95"] < 0.05, good["message"]
     with pytest.raises(ValueError, match="kernel="):
         diagnostics.adequacy(small, draws, x)
+
+
+def test_mixture_metrics_against_direct_formulas():
+    rng = np.random.default_rng(0)
+    y, mu, var = rng.normal(size=6), rng.normal(size=(3, 6)), rng.uniform(0.1, 1.0, (3, 6))
+    out = diagnostics.mixture_metrics(y, mu, var, y_scale=2.0)
+    logp = stats.norm.logpdf(y, mu, np.sqrt(var))
+    np.testing.assert_allclose(out["nlpd_point"], -np.mean(logsumexp(logp, 0) - np.log(3)), rtol=1e-12)
+    np.testing.assert_allclose(out["nlpd_joint"], -(logsumexp(logp.sum(1)) - np.log(3)), rtol=1e-12)
+    m, v = mu.mean(0), var.mean(0) + mu.var(0)
+    np.testing.assert_allclose(out["nlpd_gaussian"], -stats.norm.logpdf(y, m, np.sqrt(v)).sum(), rtol=1e-12)
+    np.testing.assert_allclose(out["rmse"], 2.0 * np.sqrt(np.mean((y - m) ** 2)), rtol=1e-12)
+    one = diagnostics.mixture_metrics(y, mu[:1], var[:1])  # one component: joint = Σ pointwise = moment-matched
+    np.testing.assert_allclose(one["nlpd_joint"], 6 * one["nlpd_point"], rtol=1e-12)
+    np.testing.assert_allclose(one["nlpd_joint"], one["nlpd_gaussian"], rtol=1e-12)

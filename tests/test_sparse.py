@@ -20,26 +20,7 @@ from ppl_sparsegp.covariances import SufficientStatistics
 from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import Negation
 from ppl_sparsegp.likelihoods import Gaussian, Poisson, RobustMax, Softmax
-
-NOISE = 0.05
-
-
-def data(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(0, 1, n))[:, None]
-    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
-    return jnp.asarray(X), jnp.asarray(y)
-
-
-KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
-
-
-def dense_posterior(X, y, Xs, kernel=KERNEL, noise=NOISE):
-    K = np.asarray(kernel(X)) + noise * np.eye(len(X))
-    Ks, Kss = np.asarray(kernel(Xs, X)), np.asarray(kernel(Xs))
-    mean = Ks @ np.linalg.solve(K, np.asarray(y))
-    cov = Kss - Ks @ np.linalg.solve(K, Ks.T)
-    return mean, np.diag(cov)
+from regression import KERNEL, NOISE, data, dense_posterior
 
 
 def optimal_params(gp, X, y):

@@ -10,12 +10,10 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.util import log_density
 from numpyro.optim import Adam
 from scipy import stats
-from scipy.special import logsumexp
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations import CollapsedGP, GPModel
-from ppl_sparsegp.approximations.spectrum import (SparseSpectrumGP, SparseSpectrumNormal, mixture_metrics,
-                                                  ssgp_log_marginal_likelihood)
+from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP, SparseSpectrumNormal, ssgp_log_marginal_likelihood
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures
 from ppl_sparsegp.likelihoods import Gaussian
 
@@ -142,21 +140,6 @@ def test_sparse_spectrum_normal_is_the_dense_gaussian_with_any_diagonal():
     draws = np.asarray(d_.sample(jax.random.PRNGKey(0), (20000,)))
     # 20 000 draws: the sample covariance's entries are within 5 standard errors (≤ 5·√(2/n)·max var)
     np.testing.assert_allclose(np.cov(draws.T), np.diag(d) + W.T @ W, atol=5 * np.sqrt(2 / 20000) * 20)
-
-
-def test_mixture_metrics_against_direct_formulas():
-    rng = np.random.default_rng(0)
-    y, mu, var = rng.normal(size=6), rng.normal(size=(3, 6)), rng.uniform(0.1, 1.0, (3, 6))
-    out = mixture_metrics(y, mu, var, y_scale=2.0)
-    logp = stats.norm.logpdf(y, mu, np.sqrt(var))
-    np.testing.assert_allclose(out["nlpd_point"], -np.mean(logsumexp(logp, 0) - np.log(3)), rtol=1e-12)
-    np.testing.assert_allclose(out["nlpd_joint"], -(logsumexp(logp.sum(1)) - np.log(3)), rtol=1e-12)
-    m, v = mu.mean(0), var.mean(0) + mu.var(0)
-    np.testing.assert_allclose(out["nlpd_gaussian"], -stats.norm.logpdf(y, m, np.sqrt(v)).sum(), rtol=1e-12)
-    np.testing.assert_allclose(out["rmse"], 2.0 * np.sqrt(np.mean((y - m) ** 2)), rtol=1e-12)
-    one = mixture_metrics(y, mu[:1], var[:1])  # one component: joint = Σ pointwise = moment-matched
-    np.testing.assert_allclose(one["nlpd_joint"], 6 * one["nlpd_point"], rtol=1e-12)
-    np.testing.assert_allclose(one["nlpd_joint"], one["nlpd_gaussian"], rtol=1e-12)
 
 
 def test_bad_input_is_rejected():

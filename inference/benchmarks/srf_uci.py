@@ -88,7 +88,7 @@ def fit_msrfr(name, seed, steps):
     import jax
 
     from models import uci_ssgp
-    from ppl_sparsegp.approximations.spectrum import mixture_metrics
+    from ppl_sparsegp.diagnostics import mixture_metrics
     from ppl_sparsegp.stein import fit_msrfr
 
     X, y, Xs, ys_, yscale = _data(name, seed)
@@ -110,7 +110,8 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, Param, SquaredExponential
     from ppl_sparsegp.features.random_fourier import sample_frequencies
-    from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP, mixture_metrics
+    from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
+    from ppl_sparsegp.diagnostics import mixture_metrics
     from ppl_sparsegp.stein import AdamW
 
     cfg = uci_ssgp.DATASETS[name]
@@ -144,7 +145,7 @@ def fit_svgp(name, seed, steps, lr=0.01):
     from inference.runner import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, InducingPoints, Param, SparseGP, SquaredExponential
-    from ppl_sparsegp.approximations.spectrum import mixture_metrics
+    from ppl_sparsegp.diagnostics import mixture_metrics
 
     cfg = uci_ssgp.DATASETS[name]
     X, y, Xs, ys_, yscale = _data(name, seed)

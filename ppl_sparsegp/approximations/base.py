@@ -16,6 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import Distribution
 from numpyro.infer import Predictive
 
+from ..conditionals import conditional
 from ..covariances import Kuu
 from ..features.base import InducingFeature
 from ..kernels import Kernel, check_inputs
@@ -178,4 +179,27 @@ class GPModel:
         out.update({k[:-4]: v for k, v in params.items() if k.endswith("_map")})
         return out
 
+    def _gaussian_predict(self, X_new, params, samples, data, optimal_q):
+        """Predictive marginals of a Gaussian-likelihood model whose whitened q(v) is available in closed
+        form per set of hyperparameter values (the collapsed approximations): ``data() -> (X, y)`` the
+        training data held, ``optimal_q(values, X, y) -> (m_v, S_v)``; analytic for ``params``, mixed
+        over the draws for ``samples`` (law of total variance; ``*_draws`` keep the per-draw marginals)."""
+        if (params is None) == (samples is None):
+            raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
+        X_new = check_inputs(X_new, "X_new")
+        X, y = data()
 
+        def one(values):
+            kernel, likelihood, feature, c = self.components_from(values)
+            m_v, S_v = optimal_q(values, X, y)
+            m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
+            return m + c, v, v + likelihood.variance
+
+        if params is not None:
+            _require_params(self, "predict", params)
+            m, v, yv = one(self.point_values(params))
+            return {"f_mean": m, "f_var": v, "y_mean": m, "y_var": yv}
+        _require_samples(self, "predict", samples)
+        ms, vs, yvs = jax.lax.map(one, samples)
+        return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
+                "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs, "y_var_draws": yvs}

@@ -42,12 +42,12 @@ import numpyro
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution
 
-from ..covariances import Kuf, Kuu, SufficientStatistics, conditional
+from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..linalg import BlockDiag, Dense
 from ..parameters import Param, check_finite, check_positive
-from .base import GPModel, _require, _require_params, _require_samples, _site_names
+from .base import GPModel, _require, _site_names
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood"]
@@ -241,25 +241,8 @@ class CollapsedGP(GPModel):
     def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``); the
         training data are those the model holds (:meth:`with_data`, or precomputed ``statistics``)."""
-        if (params is None) == (samples is None):
-            raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
-        X_new = check_inputs(X_new, "X_new")
-        X, y = self._training_data("predict")
-
-        def one(values):
-            kernel, likelihood, feature, c = self.components_from(values)
-            m_v, S_v = self.optimal_q(values, X, y)
-            m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
-            return m + c, v, v + likelihood.variance
-
-        if params is not None:
-            _require_params(self, "predict", params)
-            m, v, yv = one(self.point_values(params))
-            return {"f_mean": m, "f_var": v, "y_mean": m, "y_var": yv}
-        _require_samples(self, "predict", samples)
-        ms, vs, yvs = jax.lax.map(one, samples)
-        return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
-                "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs}
+        return self._gaussian_predict(X_new, params, samples, lambda: self._training_data("predict"),
+                                      self.optimal_q)
 
     def _training_data(self, method: str):
         """(X, y) held by the model, or (None, None) when it holds precomputed statistics."""

@@ -64,15 +64,15 @@ from jax import lax
 from numpyro import handlers
 from numpyro.distributions import Distribution, constraints
 
-from ..covariances import Kuf, Kuu, SufficientStatistics, conditional
+from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
 from ..parameters import initial_value, instantiate
-from .base import GPModel, _require, _require_params, _require_samples, _site_names
+from .base import GPModel, _require, _site_names
 from .collapsed import optimal_whitened_q
 
-__all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP", "mixture_metrics"]
+__all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -318,26 +318,9 @@ class SparseSpectrumGP(GPModel):
         mixture's ``f_mean``, ``f_var``, ``y_mean``, ``y_var`` (law of total variance) and the
         per-component ``f_mean_draws``, ``f_var_draws``, ``y_var_draws``.
         """
-        if (params is None) == (samples is None):
-            raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
-        X_new = check_inputs(X_new, "X_new")
-        X, y = self._checked_data(*self._training_data("predict"))
-
-        def one(values):
-            components = self.components_from(values)
-            kernel, likelihood, feature, c = components
-            m_v, S_v = self._weight_posterior(components, X, y)
-            m, v = conditional(feature, kernel, X_new, m_v, S_v, whiten=True)
-            return m + c, v, v + likelihood.variance
-
-        if params is not None:
-            _require_params(self, "predict", params)
-            m, v, yv = one(self.point_values(params))
-            return {"f_mean": m, "f_var": v, "y_mean": m, "y_var": yv}
-        _require_samples(self, "predict", samples)
-        ms, vs, yvs = lax.map(one, samples)
-        return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
-                "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs, "y_var_draws": yvs}
+        return self._gaussian_predict(
+            X_new, params, samples, lambda: self._checked_data(*self._training_data("predict")),
+            lambda values, X, y: self._weight_posterior(self.components_from(values), X, y))
 
     def predict_particles(self, X_new, X, y, particles: dict):
         """The mixture predictive of M particles (Algorithm 2 of [2]): ``gp.with_data(X, y).predict(X_new,
@@ -360,29 +343,3 @@ class SparseSpectrumGP(GPModel):
         scale = jnp.sqrt(out["y_var_draws"])
         draws = out["f_mean_draws"] + scale * jax.random.normal(rng_key, scale.shape, scale.dtype)
         return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
-
-
-def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0):
-    r"""Test metrics of an equally weighted mixture of M Gaussian predictives.
-
-    :param y: (N,) targets (standardised); ``mean_draws``, ``var_draws``: (M, N) per-component y
-        predictives.
-    :param y_scale: standard deviation of the target scaler (RMSE in original units).
-    :returns: ``rmse`` (of the mixture mean, original units), ``nlpd_point`` (mean over test points of
-        :math:`-\log\frac1M\sum_m\mathcal N(y_i\mid\mu_{mi},\sigma^2_{mi})`), ``nlpd_joint`` (the paper's
-        :math:`-\log\frac1M\sum_m\prod_i\mathcal N(y_i\mid\mu_{mi},\sigma^2_{mi})`, summed over the test
-        set) and ``nlpd_gaussian`` (the summed NLPD of Algorithm 2's moment-matched Gaussian).
-    """
-    y = jnp.asarray(y)
-    mean_draws, var_draws = jnp.atleast_2d(mean_draws), jnp.atleast_2d(var_draws)
-    M = mean_draws.shape[0]
-    logp = -0.5 * (_LOG_2PI + jnp.log(var_draws) + (y - mean_draws) ** 2 / var_draws)  # (M, N)
-    mu = jnp.mean(mean_draws, 0)
-    var = jnp.mean(var_draws, 0) + jnp.var(mean_draws, 0)  # law of total variance
-    nlpd_gauss = 0.5 * jnp.sum(_LOG_2PI + jnp.log(var) + (y - mu) ** 2 / var)
-    return {
-        "rmse": float(y_scale * jnp.sqrt(jnp.mean((y - mu) ** 2))),
-        "nlpd_point": float(-jnp.mean(jax.scipy.special.logsumexp(logp, axis=0) - math.log(M))),
-        "nlpd_joint": float(-(jax.scipy.special.logsumexp(jnp.sum(logp, 1)) - math.log(M))),
-        "nlpd_gaussian": float(nlpd_gauss),
-    }

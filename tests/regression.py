@@ -1,0 +1,26 @@
+"""Small shared problems for the approximation tests (imported as ``from regression import ...``;
+``tests/`` is on the path through conftest)."""
+import jax.numpy as jnp
+import numpy as np
+
+import ppl_sparsegp as psg
+
+NOISE = 0.05
+KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
+
+
+def data(n=30, seed=0):
+    """Sorted inputs on [0, 1] and a noisy sine."""
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 1, n))[:, None]
+    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
+    return jnp.asarray(X), jnp.asarray(y)
+
+
+def dense_posterior(X, y, Xs, kernel=KERNEL, noise=NOISE):
+    """The exact GP's posterior mean and variance at Xs, by dense solves."""
+    K = np.asarray(kernel(X)) + noise * np.eye(len(X))
+    Ks, Kss = np.asarray(kernel(Xs, X)), np.asarray(kernel(Xs))
+    mean = Ks @ np.linalg.solve(K, np.asarray(y))
+    cov = Kss - Ks @ np.linalg.solve(K, Ks.T)
+    return mean, np.diag(cov)
