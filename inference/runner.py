@@ -215,6 +215,16 @@ def _block(tree):
     jax.block_until_ready(tree)
 
 
+def _adequacy(spec, idata):
+    """diagnostics.adequacy of the fitted approximation at the training inputs (None where the posterior
+    has no single feature per draw, e.g. Stein particles of frequencies)."""
+    from ppl_sparsegp import diagnostics
+
+    if "particle" in idata.posterior.dims:
+        return None
+    return diagnostics.adequacy(spec.gp, idata, spec.X, max_draws=200)
+
+
 def _var_names(spec, idata):
     names = spec.var_names or list(spec.gp.hyperparameter_sites())
     return [n for n in names if n in idata.posterior] or list(idata.posterior.data_vars)
@@ -246,6 +256,11 @@ def fit(spec, args):
     out.mkdir(parents=True, exist_ok=True)
     rng_key = jax.random.PRNGKey(args.seed)
     idata, fit_time, stats = fitters[args.method](spec, args, rng_key)
+    check = _adequacy(spec, idata)
+    if check is not None:
+        diagnostics.add_adequacy(idata, check)
+        stats["adequacy_residual_q95"] = check["q95"]
+        stats["adequacy_ok"] = check["ok"]
 
     diagnostics.save(idata, out / "idata.nc")
     var_names = _var_names(spec, idata)
@@ -269,6 +284,11 @@ def fit(spec, args):
 
     print(f"\n{spec.name} / {args.method}: summary")
     print(table.to_string())
+    print("\nadequacy: " + (check["message"] if check is not None else
+                            "not available for this fit (particle posteriors have no single feature)"))
+    if check is not None and not check["ok"]:
+        print(f"warning: the approximation is inadequate for the posterior it found: {check['message']}",
+              file=sys.stderr)
     print("\nmetrics")
     print(json.dumps(metrics, indent=2, default=float))
     print(f"\nwrote {out}/: idata.nc summary.txt metrics.json " + " ".join(p.name for p in plots))

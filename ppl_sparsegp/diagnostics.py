@@ -53,7 +53,7 @@ with warnings.catch_warnings():  # arviz 0.2x announces its 1.0 refactor on impo
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "posterior_samples",
            "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
-           "adequacy", "rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
+           "adequacy", "add_adequacy", "rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
            "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
 
 SVI_GROUP = "svi"
@@ -275,12 +275,25 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     r = np.asarray(jax.jit(lambda d: jax.lax.map(one, d))(flat))
     med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
     ok = q95 <= tolerance
-    message = (f"the features capture {100 * (1 - q95):.1f}% or more of the prior variance at the data in "
-               f"95% of the draws (tolerance {tolerance:g})")
+    message = (f"ok: the features miss at most {100 * q95:.2g}% of the prior variance at the data in 95% of "
+               f"the draws (median {100 * med:.2g}%; tolerance {100 * tolerance:g}%)")
     if not ok:
         message = (f"inadequate: in 5% of the draws the features miss more than {100 * q95:.1f}% of the "
                    f"prior variance at the data (tolerance {tolerance:g}); {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}")
     return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
+
+
+def add_adequacy(idata, result: dict):
+    """Store an :func:`adequacy` result in ``idata`` as the group ``adequacy``: ``residual_fraction``
+    (dim ``adequacy_draw``) and the summary (``median``, ``q95``, ``ok``, ``message``) as attributes; it
+    survives :func:`save` / :func:`load`."""
+    ds = xr.Dataset({"residual_fraction": (("adequacy_draw",), np.asarray(result["residual_fraction"]))},
+                    attrs={"median": result["median"], "q95": result["q95"], "ok": int(result["ok"]),
+                           "message": result["message"]})
+    with warnings.catch_warnings():  # not one of ArviZ's schema groups
+        warnings.simplefilter("ignore", UserWarning)
+        idata.add_groups({"adequacy": ds})
+    return idata
 
 
 def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:

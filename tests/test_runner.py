@@ -1,4 +1,5 @@
 """The command-line runner on the solar model: outputs written and consistent; clear errors."""
+import argparse
 import json
 import math
 
@@ -6,6 +7,7 @@ import numpy as np
 import pytest
 
 from inference.__main__ import main
+from models import solar
 from ppl_sparsegp import diagnostics
 
 SITES = {"kernel_variance", "kernel_lengthscale", "likelihood_variance", "f_v"}
@@ -59,6 +61,15 @@ def test_fit_solar_nuts(tmp_path):
     assert idata.posterior.sizes["chain"] == 1 and idata.posterior.sizes["draw"] == 20
     assert metrics["num_divergences"] == int(idata.sample_stats["diverging"].sum())
     assert idata.log_likelihood["y"].shape == (1, 20, 281)
+    # the adequacy check, printed and stored: recomputed from the saved draws it is the same
+    stored = idata.adequacy
+    assert stored["residual_fraction"].shape == (20,) and metrics["adequacy_ok"] == bool(stored.attrs["ok"])
+    p = argparse.ArgumentParser()
+    solar.add_arguments(p)
+    spec = solar.build(p.parse_args(["--num-inducing", str(M)]))
+    again = diagnostics.adequacy(spec.gp, idata, spec.X)
+    np.testing.assert_allclose(stored["residual_fraction"].values, again["residual_fraction"], rtol=1e-10)
+    assert 0 <= again["q95"] <= 1
 
 
 def test_list(capsys):
