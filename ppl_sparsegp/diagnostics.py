@@ -129,7 +129,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     return idata
 
 
-def from_mcmc(mcmc, gp, X, y, *, model_kwargs=None, coords=None, dims=None, predictive=True,
+def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=None, predictive=True,
               log_likelihood=True, rng_key=None) -> az.InferenceData:
     """InferenceData from a finished :class:`numpyro.infer.MCMC` run of ``gp.model``.
 
@@ -148,7 +148,18 @@ def from_mcmc(mcmc, gp, X, y, *, model_kwargs=None, coords=None, dims=None, pred
     :param predictive: add ``posterior_predictive``; ``log_likelihood``: add ``log_likelihood``
         (both are (chain, draw, N) arrays: switch off for very large N).
     :param rng_key: key for the posterior predictive draws.
+
+    A user's own NumPyro model function may be passed as ``gp`` (with ``spectral_gp`` inside): then
+    ``az.from_numpyro`` builds the groups (posterior, sample_stats, log_likelihood of the observed sites, so
+    that ``az.loo`` works, observed data) and the inducing sites ``<name>_v`` / ``<name>_u`` get the dim
+    ``feature``; X, y, ``predictive`` and ``rng_key`` are not used (draw predictions with
+    ``numpyro.infer.Predictive``).
     """
+    if not hasattr(gp, "model"):
+        if not callable(gp):
+            raise TypeError(f"gp must be an approximation (SparseGP, CollapsedGP, ...) or the NumPyro model "
+                            f"function that was sampled, got {type(gp).__name__}")
+        return _from_user_model(mcmc, coords, dims, log_likelihood)
     samples = mcmc.get_samples(group_by_chain=True)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {}
@@ -163,6 +174,17 @@ def from_mcmc(mcmc, gp, X, y, *, model_kwargs=None, coords=None, dims=None, pred
     return from_samples(gp, X, y, samples, sample_stats=stats, model_kwargs=model_kwargs,
                         coords=coords, dims=dims, predictive=predictive, log_likelihood=log_likelihood,
                         rng_key=rng_key, attrs=attrs)
+
+
+def _from_user_model(mcmc, coords, dims, log_likelihood):
+    """az.from_numpyro with named dims for the inducing sites of spectral_gp (the last axis: feature)."""
+    all_dims = {}
+    for site, value in mcmc.get_samples(group_by_chain=True).items():
+        if site.endswith(("_v", "_u")) and np.ndim(value) >= 3:
+            all_dims[site] = [f"{site}_dim_{i}" for i in range(np.ndim(value) - 3)] + ["feature"]
+    all_dims.update(dims or {})
+    with _quiet_arviz():
+        return az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood)
 
 
 def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_kwargs=None, coords=None,
