@@ -287,8 +287,7 @@ def fit(spec, args):
     print("\nadequacy: " + (check["message"] if check is not None else
                             "not available for this fit (particle posteriors have no single feature)"))
     if check is not None and not check["ok"]:
-        print(f"warning: the approximation is inadequate for the posterior it found: {check['message']}",
-              file=sys.stderr)
+        print(f"warning: the approximation for the posterior it found is {check['message']}", file=sys.stderr)
     print("\nmetrics")
     print(json.dumps(metrics, indent=2, default=float))
     print(f"\nwrote {out}/: idata.nc summary.txt metrics.json " + " ".join(p.name for p in plots))

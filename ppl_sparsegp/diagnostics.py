@@ -245,7 +245,9 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     :param X: the training inputs (an array or a Grid).
     :param kernel: for a feature: a callable ``draw -> kernel``, or the kernel template given to
         ``spectral_gp`` (its sites are ``<name>_kernel_<field>``), or a concrete kernel.
-    :param tolerance: the check fails when the 95th percentile of :math:`r_s` exceeds it.
+    :param tolerance: the check fails when the median of :math:`r_s` exceeds it (the typical draw: the
+        tail of short lengthscales is reported as the 95% quantile; on the pines LGCP the median is 2.5%
+        and the 95% quantile 13% with the posterior within 0.11 sd of the exact GP's).
     :returns: dict with ``residual_fraction`` (draws,), ``median``, ``q95``, ``ok`` and ``message`` (the
         fix when it fails: "increase num_frequencies to …", "widen the box to …", "add inducing points").
     """
@@ -296,12 +298,13 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
 
     r = np.asarray(jax.jit(lambda d: jax.lax.map(one, d))(flat))
     med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
-    ok = q95 <= tolerance
-    message = (f"ok: the features miss at most {100 * q95:.2g}% of the prior variance at the data in 95% of "
-               f"the draws (median {100 * med:.2g}%; tolerance {100 * tolerance:g}%)")
-    if not ok:
-        message = (f"inadequate: in 5% of the draws the features miss more than {100 * q95:.1f}% of the "
-                   f"prior variance at the data (tolerance {tolerance:g}); {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}")
+    ok = med <= tolerance
+    summary = (f"the features miss {100 * med:.2g}% of the prior variance at the data in the median draw, "
+               f"{100 * q95:.2g}% at the 95% quantile (tolerance {100 * tolerance:g}% for the median)")
+    if ok:
+        message = f"adequate: {summary}"
+    else:
+        message = f"inadequate: {summary}; {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}"
     return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
 
 
