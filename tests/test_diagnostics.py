@@ -323,8 +323,7 @@ def test_from_mcmc_of_a_users_own_model_has_named_dims_and_a_loo_ready_log_likel
         f = psg.spectral_gp("f", feature, psg.Matern32(1.0, dist.LogNormal(-1.0, 0.3)), x)
         numpyro.sample("y", dist.Normal(f, 0.2), obs=y)
 
-    mcmc = MCMC(NUTS(model), num_warmup=30, num_samples=20, num_chains=2, chain_method="sequential",
-                progress_bar=False)
+    mcmc = MCMC(NUTS(model), num_warmup=20, num_samples=40, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), x, y)
     idata = diagnostics.from_mcmc(mcmc, model)
     assert idata.posterior["f_v"].dims == ("chain", "draw", "feature")
