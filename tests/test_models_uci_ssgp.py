@@ -36,7 +36,7 @@ def dense_mixture_metrics(spec, W, ell, noise):
     return rmse, nlpd
 
 
-@pytest.mark.parametrize("method", ["stein", "svi"])
+@pytest.mark.parametrize("method", ["stein", pytest.param("svi", marks=pytest.mark.slow)])  # svi: 15 s, SSGP under SVI is in test_spectrum
 def test_fit_uci_ssgp(method, tmp_path):
     out = tmp_path / method
     main(["fit", "uci_ssgp", "--dataset", "energy", "--method", method, "--steps", "25", "--out", str(out),
