@@ -1,0 +1,28 @@
+"""features/combinations: additive features stack the per-dimension blocks, Kronecker features take
+their Kronecker (Kuu) and Khatri–Rao (Kuf) products, against dense constructions from the 1-D parts."""
+import numpy as np
+from scipy.linalg import block_diag
+
+import ppl_sparsegp as psg
+from ppl_sparsegp.features import AdditiveFeatures, FourierFeatures, KroneckerFeatures
+
+X = np.random.default_rng(0).uniform(0.0, 1.0, (9, 2))
+F1, F2 = FourierFeatures(-0.5, 1.5, 3), FourierFeatures(-0.3, 1.3, 2)
+K1, K2 = psg.Matern32(1.2, 0.4), psg.Matern12(0.7, 0.3)
+
+
+def test_additive_blocks_against_the_one_dimensional_parts():
+    f, k = AdditiveFeatures([F1, F2]), psg.Additive([K1, K2])
+    np.testing.assert_allclose(psg.Kuu(f, k).to_dense(),
+                               block_diag(psg.Kuu(F1, K1).to_dense(), psg.Kuu(F2, K2).to_dense()), rtol=1e-12)
+    np.testing.assert_allclose(psg.Kuf(f, k, X), np.vstack([psg.Kuf(F1, K1, X[:, :1]), psg.Kuf(F2, K2, X[:, 1:])]),
+                               rtol=1e-12)
+
+
+def test_kronecker_products_against_the_one_dimensional_parts():
+    f, k = KroneckerFeatures([F1, F2]), psg.Product([K1, K2])
+    np.testing.assert_allclose(psg.Kuu(f, k).to_dense(),
+                               np.kron(psg.Kuu(F1, K1).to_dense(), psg.Kuu(F2, K2).to_dense()), rtol=1e-12)
+    A, B = np.asarray(psg.Kuf(F1, K1, X[:, :1])), np.asarray(psg.Kuf(F2, K2, X[:, 1:]))
+    khatri_rao = np.stack([np.kron(A[:, n], B[:, n]) for n in range(len(X))], axis=1)
+    np.testing.assert_allclose(psg.Kuf(f, k, X), khatri_rao, rtol=1e-12)

@@ -1,0 +1,28 @@
+"""features/inducing_points: Kuu = k(Z, Z) + ε σ² I and Kuf = k(Z, X), against the kernel written out."""
+import numpy as np
+import pytest
+
+import ppl_sparsegp as psg
+
+
+def test_kuu_and_kuf_against_the_squared_exponential_formula():
+    rng = np.random.default_rng(0)
+    Z, X = rng.normal(size=(5, 2)), rng.normal(size=(7, 2))
+    k = psg.SquaredExponential(1.7, 0.8)
+
+    def se(A, B):
+        return 1.7 * np.exp(-0.5 * ((A[:, None, :] - B[None]) ** 2).sum(-1) / 0.8**2)
+
+    feature = psg.InducingPoints(Z, jitter=1e-6)
+    np.testing.assert_allclose(psg.Kuu(feature, k).to_dense(), se(Z, Z) + 1e-6 * 1.7 * np.eye(5), rtol=1e-12)
+    np.testing.assert_allclose(psg.Kuf(feature, k, X), se(Z, X), rtol=1e-12)
+    assert feature.num_features == 5 and psg.InducingPoints(psg.Param(Z)).num_features == 5
+
+
+def test_bad_inducing_inputs_are_refused():
+    with pytest.raises(ValueError, match="rank 2"):
+        psg.InducingPoints(np.zeros(3))
+    with pytest.raises(ValueError, match="jitter"):
+        psg.InducingPoints(np.zeros((3, 1)), jitter=-1.0)
+    with pytest.raises(ValueError, match="input dimensions"):
+        psg.Kuf(psg.InducingPoints(np.zeros((3, 2))), psg.SquaredExponential(1.0, np.ones(2)), np.zeros((4, 3)))
