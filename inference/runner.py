@@ -19,13 +19,14 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("svi", "nuts", "stein")
+METHODS = ("svi", "nuts", "stein", "map")
 # fallbacks when neither the command line nor spec.defaults[method] sets a value
 DEFAULTS = {
     "svi": {"steps": 5000, "lr": 0.01, "samples": 1000},
     "nuts": {"warmup": 500, "samples": 500, "chains": 2, "target_accept": 0.9, "max_tree_depth": 10,
              "dense_mass": False},
     "stein": {"steps": 2000, "lr": 0.01, "samples": 1000},
+    "map": {"steps": 500, "samples": 100},  # steps: the most L-BFGS iterations
 }
 SETTINGS = ("steps", "lr", "warmup", "samples", "chains", "target_accept", "max_tree_depth", "dense_mass")
 EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size",
@@ -42,7 +43,7 @@ def _parser(model_name=None, model_module=None):
     f.add_argument("model", help="model name (see `python -m inference list`)")
     f.add_argument("--method", choices=METHODS, default=None,
                    help="inference method (default: the model's first method)")
-    f.add_argument("--steps", type=int, help="SVI/Stein optimisation steps")
+    f.add_argument("--steps", type=int, help="SVI/Stein optimisation steps (map: the most L-BFGS iterations)")
     f.add_argument("--lr", type=float, help="Adam learning rate (SVI/Stein)")
     f.add_argument("--warmup", type=int, help="NUTS warm-up iterations per chain")
     f.add_argument("--samples", type=int,
@@ -194,6 +195,26 @@ def _fit_nuts(spec, args, rng_key):
     return idata, fit_time, stats
 
 
+def _fit_map(spec, args, rng_key):
+    """Type-II ML / MAP of the hyperparameters by L-BFGS (for models whose only unknowns are
+    hyperparameters: the collapsed ones declare "map"); stored like an SVI fit of the point guide."""
+    from ppl_sparsegp import diagnostics
+    from ppl_sparsegp.approximations import map_lbfgs
+
+    gp = spec.gp
+    _, key_post = _split(rng_key)
+    values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(spec.X, spec.y),
+                             model_kwargs=spec.model_kwargs, init=spec.init, maxiter=args.steps,
+                             seed=args.seed)
+    params = {f"{k}_map": v for k, v in values.items()}
+    idata = diagnostics.from_svi(params, gp, spec.X, spec.y, num_samples=args.samples,
+                                 model_kwargs=spec.model_kwargs, rng_key=key_post)
+    stats = {k: info[k] for k in ("iterations", "evaluations", "neg_log_joint", "success", "compile_s")}
+    if not info["success"]:
+        print(f"note: L-BFGS stopped without converging: {info['message']}", file=sys.stderr)
+    return idata, info["time_s"], stats
+
+
 def _fit_stein(spec, args, rng_key):
     stein = spec.extra.get("stein")
     if stein is None:
@@ -251,7 +272,7 @@ def fit(spec, args):
 
     from ppl_sparsegp import diagnostics
 
-    fitters = {"svi": _fit_svi, "nuts": _fit_nuts, "stein": _fit_stein}
+    fitters = {"svi": _fit_svi, "nuts": _fit_nuts, "stein": _fit_stein, "map": _fit_map}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rng_key = jax.random.PRNGKey(args.seed)

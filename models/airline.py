@@ -350,7 +350,7 @@ def build(args) -> ModelSpec:
     n_test = min(len(data["y_test"]), keep)
     return ModelSpec(
         name="airline", gp=gp, X=data["X"][sub], y=data["y"][sub], X_test=data["X_test"][:n_test],
-        y_test=data["y_test"][:n_test], methods=("svi", "nuts"),
+        y_test=data["y_test"][:n_test], methods=("map", "svi", "nuts"),
         defaults={"svi": {"steps": 1500, "lr": 0.03, "samples": 10},
                   "nuts": {"warmup": 200, "samples": 200, "chains": 2, "max_tree_depth": 6}},
         var_names=list(gp.hyperparameter_sites()), plot=plot, evaluate=evaluate, extra=extra)

@@ -27,8 +27,8 @@ def csv_path(tmp_path_factory):
 def test_fit_unseen_csv_through_runner(csv_path, tmp_path):
     out = tmp_path / "run"
     result = main(["fit", "airline", "--csv", str(csv_path), "--target", "zeta", "--covariates",
-                   "alpha,beta,gamma", "--num-frequencies", "8", "--steps", "40", "--lr", "0.05",
-                   "--samples", "2", "--out", str(out), "--no-progress"])
+                   "alpha,beta,gamma", "--num-frequencies", "8", "--method", "svi", "--steps", "40", "--lr",
+                   "0.05", "--samples", "2", "--out", str(out), "--no-progress"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert {p.name for p in result["plots"]} >= {"fit.png", "loss.png"}
     assert (out / "idata.nc").exists()
@@ -37,6 +37,14 @@ def test_fit_unseen_csv_through_runner(csv_path, tmp_path):
     # signal variance ≈ 0.55 of the total: any sensible fit beats the training mean (MSE 1)
     assert metrics["test_mse"] < 0.5
     assert np.isfinite(metrics["test_nlpd"])
+    # the default for this collapsed model is L-BFGS MAP: its negative log joint is at most SVI's last
+    # loss (the point guide's negative ELBO is the negative log joint) and it predicts as well
+    main(["fit", "airline", "--csv", str(csv_path), "--target", "zeta", "--covariates", "alpha,beta,gamma",
+          "--num-frequencies", "8", "--samples", "2", "--out", str(tmp_path / "map"), "--no-progress"])
+    fitted = json.loads((tmp_path / "map" / "metrics.json").read_text())
+    assert fitted["method"] == "map" and fitted["success"]
+    assert fitted["neg_log_joint"] <= metrics["final_loss"] + 1e-6
+    assert fitted["test_mse"] <= metrics["test_mse"] * 1.05
 
 
 def test_model_predictions_equal_generic_collapsed_gp(csv_path):

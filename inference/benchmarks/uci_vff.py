@@ -38,7 +38,7 @@ METHODS = {"vff": "additive VFF (collapsed)", "sgpr": "SGPR, inducing points, AR
 def fit_vff(split, args):
     import jax
 
-    from inference.benchmarks._map import map_lbfgs
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from models import airline
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
@@ -71,7 +71,7 @@ def fit_sgpr(split, args, seed):
     import numpy as np
     import numpyro.distributions as dist
 
-    from inference.benchmarks._map import map_lbfgs
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from ppl_sparsegp import CollapsedGP, Gaussian, InducingPoints, SquaredExponential
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse

@@ -46,7 +46,7 @@ def run_size(n_train, args):
     import jax
     import numpy as np
 
-    from inference.benchmarks._map import map_lbfgs
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from models import airline
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 

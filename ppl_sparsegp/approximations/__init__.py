@@ -11,6 +11,7 @@
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
+from .optimise import map_lbfgs
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP
 from .spectrum import SparseSpectrumGP
@@ -18,5 +19,5 @@ from .variational import (block_diagonal_covariance, diagonal_covariance, full_c
                           two_kronecker_covariance)
 
 __all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
-           "exact_log_marginal_likelihood", "spectral_gp", "inducing_prior", "inducing_guide",
+           "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide",
            "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance"]

@@ -1,4 +1,10 @@
-"""Point estimates of a model's hyperparameters by L-BFGS on the model's own log density.
+"""Type-II maximum likelihood / MAP of a model's hyperparameters by L-BFGS on the model's own log density.
+
+For a collapsed model (the u integrated out: ``CollapsedGP``) the objective is deterministic and has few
+dimensions, so a quasi-Newton method converges in tens of iterations where Adam needs thousands of steps;
+``python -m inference fit <model> --method map`` uses it. Use it as
+``map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(X, y))``.
+
 
 The objective is :math:`-\\log p(\\mathbf y, \\theta)` from ``numpyro.infer.util.log_density`` of the
 model, in the constrained space (no Jacobian), i.e. the objective of SVI with the point (Delta) guide,
@@ -16,6 +22,8 @@ from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
+__all__ = ["map_lbfgs", "prior_medians"]
+
 
 def prior_medians(sites: dict, seed: int = 0, num: int = 101) -> dict:
     """Median of ``num`` prior draws per site (a robust starting point)."""
@@ -26,6 +34,9 @@ def prior_medians(sites: dict, seed: int = 0, num: int = 101) -> dict:
 def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dict | None = None,
               maxiter: int = 500, seed: int = 0):
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
+
+    :param init: starting values per site (default: the median of 101 prior draws).
+    :raises ValueError: when the objective is not finite at the start (a bad ``init``).
 
     :returns: ``(values, info)``: constrained values per site and a dict with ``iterations``,
         ``evaluations``, ``neg_log_joint``, ``success``, ``message``, ``time_s`` (compilation included)
@@ -45,8 +56,11 @@ def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dic
 
     value_and_grad = jax.jit(jax.value_and_grad(objective))
     t0 = time.perf_counter()
-    jax.block_until_ready(value_and_grad(flat0))
+    v0, g0 = jax.block_until_ready(value_and_grad(flat0))
     compile_s = time.perf_counter() - t0
+    if not (np.isfinite(float(v0)) and np.all(np.isfinite(np.asarray(g0)))):
+        raise ValueError(f"map_lbfgs: the negative log joint or its gradient is not finite at the start "
+                         f"({float(v0)}); give init= values inside the priors' support")
 
     def fun(x):
         v, g = value_and_grad(jnp.asarray(x))
