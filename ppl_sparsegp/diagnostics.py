@@ -262,11 +262,7 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
         samples = posterior_samples(samples)
     if not samples:
         raise ValueError("samples is empty")
-    flat = {k: jnp.asarray(v) for k, v in samples.items()}
-    S = next(iter(flat.values())).shape[0]
-    if max_draws is not None and S > max_draws:
-        idx = np.linspace(0, S - 1, max_draws).round().astype(int)
-        flat = {k: v[idx] for k, v in flat.items()}
+    flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
     X = X if isinstance(X, Grid) else check_inputs(jnp.asarray(X)[:, None] if jnp.ndim(X) == 1 else X, "X")
 
     if isinstance(gp_or_feature, GPModel):
@@ -406,11 +402,16 @@ def posterior_samples(idata, var_names=None, max_draws: int | None = None) -> di
     for name in names:
         v = np.asarray(post[name].values)
         out[name] = v.reshape((-1,) + v.shape[2:])
-    S = next(iter(out.values())).shape[0]
-    if max_draws is not None and max_draws < S:
-        idx = np.round(np.linspace(0, S - 1, max_draws)).astype(int)
-        out = {k: v[idx] for k, v in out.items()}
-    return {k: jnp.asarray(v) for k, v in out.items()}
+    return {k: jnp.asarray(v) for k, v in _thin(out, max_draws).items()}
+
+
+def _thin(draws: dict, max_draws: int | None) -> dict:
+    """At most ``max_draws`` evenly spaced draws of ``{site: (S, ...)}``."""
+    S = next(iter(draws.values())).shape[0]
+    if max_draws is None or max_draws >= S:
+        return draws
+    idx = np.round(np.linspace(0, S - 1, max_draws)).astype(int)
+    return {k: v[idx] for k, v in draws.items()}
 
 
 def svi_params(idata) -> dict | None:
