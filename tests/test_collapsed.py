@@ -47,6 +47,8 @@ from ppl_sparsegp.features import (AdditiveFeatures, FourierFeatures, HarmonicFe
 from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 from ppl_sparsegp.groups import Negation, Rotation
 from ppl_sparsegp.likelihoods import Gaussian
+from regression import KERNEL, NOISE, data
+
 
 F32 = jnp.float32
 # float64 allowance for "bound ≤ exact". Both are sums of O(N) terms whose largest, yᵀy/(2σ²), reaches
@@ -370,17 +372,6 @@ def test_collapsed_gp_svi_on_the_issue_reproducer_is_finite():
 
 
 # --- the bound and CollapsedGP against the exact GP on small, well-conditioned data ----------------------
-NOISE = 0.05
-
-
-def data(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(0, 1, n))[:, None]
-    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
-    return jnp.asarray(X), jnp.asarray(y)
-
-
-KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
 
 
 def test_collapsed_equals_exact_when_z_is_x():

@@ -19,16 +19,9 @@ from scipy.linalg import block_diag
 import ppl_sparsegp as psg
 from ppl_sparsegp.features import FourierFeatures, HarmonicFeatures, InducingPoints
 from ppl_sparsegp.groups import Negation
+from regression import KERNEL, data
 
 
-def data(n=30, seed=0):
-    rng = np.random.default_rng(seed)
-    X = np.sort(rng.uniform(0, 1, n))[:, None]
-    y = np.sin(6 * X[:, 0]) + 0.2 * rng.normal(size=n)
-    return jnp.asarray(X), jnp.asarray(y)
-
-
-KERNEL = psg.Matern52(variance=1.2, lengthscale=0.3)
 
 
 def _lp(model, args, values):

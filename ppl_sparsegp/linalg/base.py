@@ -72,8 +72,9 @@ class LinearOperator(Module):
 
     @property
     def sqrt_cols(self) -> int:
-        """Number of columns ``n'`` of the square-root factor :math:`R` (``n x n'``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define sqrt_cols")
+        """Number of columns ``n'`` of the square-root factor :math:`R` (``n x n'``); ``n`` for a square
+        factor (a structure whose R is wider, e.g. diagonal + low rank, overrides it)."""
+        return self.size
 
     # -- core operations ---------------------------------------------------------------------------
     def _unsupported(self, what):

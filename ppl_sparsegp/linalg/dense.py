@@ -63,10 +63,6 @@ class Dense(LinearOperator):
     def dtype(self):
         return self.chol.dtype
 
-    @property
-    def sqrt_cols(self):
-        return self.size
-
     def matmul(self, B):
         B = _check_rhs(self, B, self.size, "matmul")
         return self.matrix @ B
@@ -195,10 +191,6 @@ class StackedBlockDiag(BlockDiag):
     @property
     def dtype(self):
         return self.chol.dtype
-
-    @property
-    def sqrt_cols(self):
-        return self.size
 
     def _batched(self, fn, X, method, arg):
         """Apply ``fn`` to X reshaped to (T, m, k) and flatten back to X's shape."""

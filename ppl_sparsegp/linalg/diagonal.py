@@ -37,10 +37,6 @@ class Diagonal(LinearOperator):
     def dtype(self):
         return self.d.dtype
 
-    @property
-    def sqrt_cols(self):
-        return self.size
-
     def matmul(self, B):
         B = _check_rhs(self, B, self.size, "matmul")
         return _bcast(self.d, B) * B
@@ -108,10 +104,6 @@ class Identity(LinearOperator):
     @property
     def dtype(self):
         return self._dtype
-
-    @property
-    def sqrt_cols(self):
-        return self.n
 
     def matmul(self, B):
         return _check_rhs(self, B, self.n, "matmul")

@@ -300,10 +300,6 @@ class KroneckerSum(LinearOperator):
         return self.A_chol[0].dtype
 
     @property
-    def sqrt_cols(self):
-        return self.size
-
-    @property
     def _sizes(self):
         return [L.shape[0] for L in self.A_chol]
 
