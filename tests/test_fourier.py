@@ -254,6 +254,63 @@ def test_box_rule_leaves_the_stated_residual_variance_at_the_data(kernel_cls, el
     assert w * (f.num_frequencies - 1) >= T * float(k.lam) > w * (f.num_frequencies - 2)
 
 
+@pytest.mark.parametrize("combination", ["additive", "kronecker"])
+def test_per_dimension_box_rule_against_the_exact_gp(combination):
+    """AdditiveFeatures/KroneckerFeatures.from_data on 2-D data with a lengthscale per dimension: the
+    dense residual variance fraction 1 − [Q_ff]ₙₙ/[K_ff]ₙₙ of the whole kernel is at most the tolerance
+    on average (measured 0.8–0.93×) and 1.2× at most (per-dimension tolerance t_d = tol for a sum,
+    1 − (1 − tol)^{1/D} for a product); and at tol = 0.01·σ_n²/σ_f² (the docstring's advice for
+    regression) the collapsed posterior mean is within 0.15 exact-posterior sd of the exact GP's at
+    the median point (measured 0.07), data drawn at ℓ = ℓ_min (the hardest case)."""
+    from ppl_sparsegp.features import AdditiveFeatures, KroneckerFeatures
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.uniform(0, 1, 200), rng.uniform(0, 2, 200)])
+    ell, s2 = np.array([0.2, 0.3]), 1.0
+    cls, comb, tol = ((AdditiveFeatures, psg.Additive, 0.01) if combination == "additive"
+                      else (KroneckerFeatures, psg.Product, 0.03))
+    f = cls.from_data(X, ell, tolerance=tol)
+    for d, g in enumerate(f.features):
+        np.testing.assert_allclose([g.a, g.b], [X[:, d].min() - 3 * ell[d], X[:, d].max() + 3 * ell[d]])
+    k = comb([psg.Matern32(0.5, ell[0]), psg.Matern32(0.5 if combination == "additive" else 1.0, ell[1])])
+    Kuu = np.asarray(psg.Kuu(f, k).to_dense())
+    Kuf = np.asarray(psg.Kuf(f, k, jnp.asarray(X)))
+    Kff = np.asarray(k(jnp.asarray(X), jnp.asarray(X)))
+    Qff = Kuf.T @ np.linalg.solve(Kuu, Kuf)
+    resid = 1 - np.diag(Qff) / np.diag(Kff)
+    assert 0.5 * tol <= resid.mean() <= tol and resid.max() <= 1.2 * tol
+    if combination == "additive":  # posterior means, exact against projected process
+        y = np.linalg.cholesky(Kff + 1e-9 * np.eye(200)) @ rng.standard_normal(200) + rng.standard_normal(200)
+        exact = Kff @ np.linalg.solve(Kff + s2 * np.eye(200), y)
+        sd = np.sqrt(np.diag(Kff - Kff @ np.linalg.solve(Kff + s2 * np.eye(200), Kff)))
+        projected = Qff @ np.linalg.solve(Qff + s2 * np.eye(200), y)
+        assert np.median(np.abs(projected - exact) / sd) <= 0.15
+
+
+def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
+    """A prior gives its lower quantile as ℓ_min (icdf where defined, else a fixed-key sample quantile);
+    per-dimension values give per-dimension boxes; wrong sizes and improper priors are refused."""
+    import numpyro.distributions as dist
+    from ppl_sparsegp.features import KroneckerFeatures
+    from scipy import stats
+
+    from ppl_sparsegp.features.fourier import smallest_lengthscale
+
+    prior = dist.LogNormal(np.log(0.2), 0.5)
+    np.testing.assert_allclose(smallest_lengthscale(prior), 0.2 * np.exp(0.5 * stats.norm.ppf(0.05)), rtol=1e-6)
+    gamma = dist.Gamma(4.0, 20.0)  # no icdf in NumPyro: the sample quantile, within its MC error
+    np.testing.assert_allclose(smallest_lengthscale(gamma, 0.1), stats.gamma.ppf(0.1, 4.0, scale=1 / 20), rtol=0.03)
+    a = FourierFeatures.from_data([0.0, 1.0], prior)
+    b = FourierFeatures.from_data([0.0, 1.0], float(smallest_lengthscale(prior)))
+    assert (a.a, a.b, a.num_frequencies) == (b.a, b.b, b.num_frequencies)
+    f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), [0.1, 0.4])
+    assert f.features[0].b == pytest.approx(1.3) and f.features[1].b == pytest.approx(3.2)
+    with pytest.raises(ValueError, match="one entry per dimension"):
+        KroneckerFeatures.from_data(np.zeros((3, 2)), [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="positive values"):
+        FourierFeatures.from_data([0.0, 1.0], dist.Normal(0.0, 1.0))
+
+
 def test_box_rule_rejects_bad_arguments():
     with pytest.raises(ValueError, match="lengthscale"):
         FourierFeatures.from_data([0.0, 1.0], 0.0)

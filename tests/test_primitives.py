@@ -4,6 +4,8 @@ inside a user's model has the log joint of a dense hand computation (inducing po
 has loss KL(q ‖ p) exactly, which is checked against the dense KL of the guide's params (whitened and
 centred, full, diagonal and block-diagonal q), the guide starting at the prior (KL 0) with the params
 the docstrings name."""
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -212,3 +214,28 @@ def test_spectral_gp_refuses_inputs_outside_a_features_domain_and_a_bad_kernel()
     with pytest.raises(ValueError, match="X_new"):
         handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.Matern32(), np.zeros(3),
                                               X_new=np.zeros((3, 2))), 0)()
+
+
+def test_prediction_outside_the_box_warns_naming_the_points_and_the_fix():
+    """The documented choice for predictions where VFF resolves nothing: an OutsideDomainWarning (not a
+    silent prior). It is warranted: 5ℓ beyond the box the projected mean is ~0 and the residual variance
+    ~k(x, x) whatever u is, i.e. the prior. Inside the box nothing warns; Kronecker features name the
+    dimension; SparseGP.predict warns too."""
+    from ppl_sparsegp.features import OutsideDomainWarning
+    feature, k = psg.FourierFeatures(0.0, 1.0, 12), psg.Matern32(1.0, 0.2)
+    x, x_new = np.linspace(0.1, 0.9, 20), np.array([0.5, 1.0, 2.0])
+    v = jax.random.normal(jax.random.PRNGKey(0), (psg.Kuu(feature, k).sqrt_cols,))
+    run = handlers.substitute(handlers.seed(lambda xn: psg.spectral_gp("f", feature, k, x, X_new=xn,
+                                                                        return_variance=True), 0), {"f_v": v})
+    with pytest.warns(OutsideDomainWarning, match=r"1 of 3 points outside the box \[a, b\] = \[0, 1\].*from_data"):
+        _, (mean, var) = run(x_new)
+    assert abs(mean[2]) < 1e-3 * np.abs(mean[:2]).max() and var[2] > 0.999 * k.variance  # the prior at x = 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(np.array([0.0, 0.3, 1.0]))  # the box edges are inside
+    kron = psg.KroneckerFeatures([psg.FourierFeatures(0, 1, 4), psg.FourierFeatures(0, 2, 4)])
+    with pytest.warns(OutsideDomainWarning, match=r"X_new\[:, 1\] has 1 of 2"):
+        kron.warn_outside(np.array([[0.5, 0.5], [0.5, 2.5]]))
+    gp = psg.SparseGP(feature, k, psg.Gaussian(0.1))
+    with pytest.warns(OutsideDomainWarning, match="X_new has 1 of 3"):
+        gp.predict(x_new[:, None], samples={"f_v": v[None], "likelihood_variance": jnp.full((1,), 0.1)})

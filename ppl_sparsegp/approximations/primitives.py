@@ -84,7 +84,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     :param X_new: optional inputs at which to predict with the same inducing variables (site
         ``<name>_new`` records f there, so ``numpyro.infer.Predictive`` of the model returns it per
         posterior draw); then the call returns ``(f, f_new)`` (with variances: ``((f, var), (f_new,
-        var_new))``). Inputs outside a feature's domain raise, as for X.
+        var_new))``). Inputs outside a feature's domain raise, as for X; inputs where the features
+        resolve nothing (outside VFF's box) warn with :class:`~ppl_sparsegp.features.base.OutsideDomainWarning`.
     :param whiten: sample v ~ N(0, I) with u = R v (default) or u ~ N(0, Kuu).
     :param return_variance: also return the residual variance.
 
@@ -100,7 +101,7 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
-    X_new = feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new")
+    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
     mean_new, var_new = _project(feature, kernel, X_new, value, whiten, Kmm)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)

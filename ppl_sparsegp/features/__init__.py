@@ -1,6 +1,6 @@
 """Inducing features: one file per family, its ``Kuu``/``Kuf`` (and where needed ``conditional``,
 ``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`."""
-from .base import InducingFeature
+from .base import InducingFeature, OutsideDomainWarning
 from .combinations import AdditiveFeatures, KroneckerFeatures
 from .fourier import FourierFeatures
 from .harmonic import HarmonicFeatures
@@ -9,6 +9,6 @@ from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatur
 from .random_fourier import RandomFourierFeatures
 from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
 
-__all__ = ["InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
+__all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
            "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
            "RandomFourierFeatures"]

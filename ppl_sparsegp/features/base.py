@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from ..parameters import Module
 
-__all__ = ["InducingFeature"]
+__all__ = ["InducingFeature", "OutsideDomainWarning"]
+
+
+class OutsideDomainWarning(UserWarning):
+    """Predictions asked for where the features resolve nothing (e.g. outside VFF's box): there the
+    projected process reverts to the prior, which the exact GP does not."""
 
 
 class InducingFeature(Module):
@@ -31,4 +36,11 @@ class InducingFeature(Module):
 
     def check_inputs(self, X, name: str = "X"):
         """Validate inputs for this feature (domain checks); returns X. Families override."""
+        return X
+
+    def warn_outside(self, X, name: str = "X_new"):
+        """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features
+        resolve nothing, naming the fix; returns X. The documented choice is a warning, not an error:
+        near the edge the prediction is still usable, and the caller may want the prior there. Families
+        with a bounded domain override (VFF: its box)."""
         return X

@@ -18,6 +18,7 @@ References:
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from ..conditionals import conditional
 from ..grid import Grid
@@ -25,6 +26,7 @@ from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Kronecker
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature
+from .fourier import FourierFeatures, smallest_lengthscale
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures"]
 
@@ -45,6 +47,44 @@ class _PerDimension(InducingFeature):
                 f.check_inputs(X[:, d:d + 1], f"{name}[:, {d}]")
         return X
 
+    @classmethod
+    def from_data(cls, X, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
+                  quantile: float = 0.05):
+        """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
+        dimension d gets the box [min x_d − margin·ℓ_d, max x_d + margin·ℓ_d] and the fewest frequencies
+        that leave a fraction t_d of its Matérn-ν prior variance unresolved, with t_d chosen so that the
+        whole kernel's unresolved fraction is at most ``tolerance`` (:meth:`dimension_tolerance`).
+
+        :param X: inputs (N, D) or a :class:`~ppl_sparsegp.grid.Grid` (its axes).
+        :param lengthscale: the smallest lengthscale of interest, one for all dimensions or one per
+            dimension (D,), or a prior (a NumPyro distribution, batch shape () or (D,)): its lower
+            ``quantile`` (:func:`~ppl_sparsegp.features.fourier.smallest_lengthscale`).
+        :param nu: the Matérn order of every dimension's kernel (0.5, 1.5 or 2.5).
+        """
+        axes = X.axes if isinstance(X, Grid) else None
+        if axes is None:
+            X = np.asarray(X, dtype=float)
+            if X.ndim != 2 or X.shape[0] == 0:
+                raise ValueError(f"X must be a non-empty (N, D) array or a Grid, got shape {X.shape}")
+            axes = [X[:, d] for d in range(X.shape[1])]
+        D = len(axes)
+        ell = smallest_lengthscale(lengthscale, quantile)
+        if ell.shape not in ((), (1,), (D,)):
+            raise ValueError(f"lengthscale must be a scalar or have one entry per dimension ({D}), "
+                             f"got {lengthscale!r}")
+        ell, t = np.broadcast_to(ell, (D,)), cls.dimension_tolerance(tolerance, D)
+        return cls([FourierFeatures.from_data(axes[d], float(ell[d]), nu=nu, tolerance=t, margin=margin)
+                    for d in range(D)])
+
+    def warn_outside(self, X, name="X_new"):
+        if not isinstance(X, Grid):
+            for d, f in enumerate(self.features):
+                f.warn_outside(X[:, d], f"{name}[:, {d}]")
+        else:
+            for d, (f, axis) in enumerate(zip(self.features, X.axes)):
+                f.warn_outside(axis, f"{name} axis {d}")
+        return X
+
     def _check_kernel(self, kernel, kind):
         if not isinstance(kernel, kind) or len(kernel.kernels) != len(self.features):
             raise ValueError(f"{type(self).__name__} with {len(self.features)} dimensions needs a "
@@ -53,6 +93,12 @@ class _PerDimension(InducingFeature):
 
 class AdditiveFeatures(_PerDimension):
     """One 1-D feature per input dimension for an additive kernel; M = Σ_d M_d."""
+
+    @staticmethod
+    def dimension_tolerance(tolerance: float, D: int) -> float:
+        """For :math:`k = \\sum_d k_d` the unresolved fraction at x is :math:`\\sum_d\\sigma_d^2 r_d(x_d) /
+        \\sum_d\\sigma_d^2 \\le \\max_d r_d`: each dimension may leave the whole ``tolerance``."""
+        return tolerance
 
     @property
     def num_features(self):
@@ -68,6 +114,13 @@ class AdditiveFeatures(_PerDimension):
 
 class KroneckerFeatures(_PerDimension):
     """Tensor-product features for a product kernel; M = Π_d M_d."""
+
+    @staticmethod
+    def dimension_tolerance(tolerance: float, D: int) -> float:
+        """For :math:`k = \\prod_d k_d` with tensor-product features :math:`[Q_{ff}]_{xx} = \\prod_d
+        [Q^{(d)}]_{x_dx_d}`, so the unresolved fraction is :math:`1 - \\prod_d(1 - r_d)`: each dimension
+        leaves :math:`t_d = 1 - (1 - \\text{tolerance})^{1/D}` (≈ tolerance / D)."""
+        return 1.0 - (1.0 - tolerance) ** (1.0 / D)
 
     @property
     def num_features(self):
