@@ -288,27 +288,58 @@ def test_per_dimension_box_rule_against_the_exact_gp(combination):
 
 
 def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
-    """A prior gives its lower quantile as ℓ_min (icdf where defined, else a fixed-key sample quantile);
-    per-dimension values give per-dimension boxes; wrong sizes and improper priors are refused."""
+    """A prior gives ℓ_min and ℓ_max as its 5% and 95% quantiles (icdf where defined, else a fixed-key
+    sample quantile): M from ℓ_min, the margin 3ℓ_max; per-dimension values give per-dimension boxes;
+    wrong sizes and improper priors are refused."""
     import numpyro.distributions as dist
-    from ppl_sparsegp.features import KroneckerFeatures
     from scipy import stats
 
-    from ppl_sparsegp.features.fourier import smallest_lengthscale
+    from ppl_sparsegp.features import KroneckerFeatures
+    from ppl_sparsegp.features.fourier import lengthscale_range
 
     prior = dist.LogNormal(np.log(0.2), 0.5)
-    np.testing.assert_allclose(smallest_lengthscale(prior), 0.2 * np.exp(0.5 * stats.norm.ppf(0.05)), rtol=1e-6)
-    gamma = dist.Gamma(4.0, 20.0)  # no icdf in NumPyro: the sample quantile, within its MC error
-    np.testing.assert_allclose(smallest_lengthscale(gamma, 0.1), stats.gamma.ppf(0.1, 4.0, scale=1 / 20), rtol=0.03)
+    lo, hi = lengthscale_range(prior)
+    np.testing.assert_allclose([lo, hi], 0.2 * np.exp(0.5 * stats.norm.ppf([0.05, 0.95])), rtol=1e-6)
+    gamma = dist.Gamma(4.0, 20.0)  # no icdf in NumPyro without tfp: the sample quantile, within its MC error
+    np.testing.assert_allclose(lengthscale_range(gamma, quantile=0.1), stats.gamma.ppf([0.1, 0.9], 4.0, scale=1 / 20),
+                               rtol=0.03)
     a = FourierFeatures.from_data([0.0, 1.0], prior)
-    b = FourierFeatures.from_data([0.0, 1.0], float(smallest_lengthscale(prior)))
+    b = FourierFeatures.from_data([0.0, 1.0], float(lo), max_lengthscale=float(hi))
     assert (a.a, a.b, a.num_frequencies) == (b.a, b.b, b.num_frequencies)
+    np.testing.assert_allclose([a.a, a.b], [-3 * hi, 1 + 3 * hi])
     f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), [0.1, 0.4])
     assert f.features[0].b == pytest.approx(1.3) and f.features[1].b == pytest.approx(3.2)
     with pytest.raises(ValueError, match="one entry per dimension"):
         KroneckerFeatures.from_data(np.zeros((3, 2)), [0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match="positive values"):
         FourierFeatures.from_data([0.0, 1.0], dist.Normal(0.0, 1.0))
+    with pytest.raises(ValueError, match="max_lengthscale"):
+        FourierFeatures.from_data([0.0, 1.0], 0.1, max_lengthscale=0.05)
+
+
+@pytest.mark.parametrize("kernel_cls", ORDERS)
+def test_box_rule_from_a_prior_resolves_every_lengthscale_in_its_range(kernel_cls):
+    """The edge effect reaches one actual lengthscale into the box: with a prior the margin is 3ℓ_max,
+    and every ℓ from ℓ_min to ℓ_max leaves at most 1.5× the tolerance unresolved at the data on average
+    (dense residual variance); the box cut for ℓ_min alone misses several times more at ℓ_max."""
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp.features.fourier import lengthscale_range
+
+    x = (np.arange(64) + 0.5) / 64
+    prior, tol = dist.LogNormal(np.log(0.12), 0.5), 0.01
+    wide = FourierFeatures.from_data(x, prior, nu=kernel_cls.nu, tolerance=tol)
+    lo, hi = (float(v) for v in lengthscale_range(prior))
+    narrow = FourierFeatures.from_data(x, lo, nu=kernel_cls.nu, tolerance=tol)
+
+    def resid(f, ell):
+        k = kernel_cls(1.0, ell)
+        Kuf = np.asarray(psg.Kuf(f, k, jnp.asarray(x[:, None])))
+        return np.mean(1 - np.sum(Kuf * np.linalg.solve(np.asarray(psg.Kuu(f, k).to_dense()), Kuf), axis=0))
+
+    for ell in np.geomspace(lo, hi, 4):
+        assert resid(wide, ell) <= 1.5 * tol
+    assert resid(narrow, hi) > 3 * tol
 
 
 def test_box_rule_rejects_bad_arguments():

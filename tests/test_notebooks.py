@@ -5,9 +5,13 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.py"))
+# own_model runs NUTS on two user models: ~50 s even at QUICK size (most of it NumPyro's eager model
+# initialisation, ~300 small XLA compilations per new model), so it runs with the slow tests
+SLOW = {"own_model"}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p
+                                  for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("QUICK", "1")
     monkeypatch.setenv("NOTEBOOK_OUT", str(tmp_path))

@@ -26,7 +26,7 @@ from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Kronecker
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature
-from .fourier import FourierFeatures, smallest_lengthscale
+from .fourier import FourierFeatures, lengthscale_range
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures"]
 
@@ -49,16 +49,19 @@ class _PerDimension(InducingFeature):
 
     @classmethod
     def from_data(cls, X, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  quantile: float = 0.05):
+                  max_lengthscale=None, quantile: float = 0.05):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
-        dimension d gets the box [min x_d − margin·ℓ_d, max x_d + margin·ℓ_d] and the fewest frequencies
-        that leave a fraction t_d of its Matérn-ν prior variance unresolved, with t_d chosen so that the
-        whole kernel's unresolved fraction is at most ``tolerance`` (:meth:`dimension_tolerance`).
+        dimension d gets the box [min x_d − margin·ℓ_max,d, max x_d + margin·ℓ_max,d] and the fewest
+        frequencies that leave a fraction t_d of its Matérn-ν prior variance unresolved at ℓ_min,d, with
+        t_d chosen so that the whole kernel's unresolved fraction is at most ``tolerance``
+        (:meth:`dimension_tolerance`).
 
         :param X: inputs (N, D) or a :class:`~ppl_sparsegp.grid.Grid` (its axes).
-        :param lengthscale: the smallest lengthscale of interest, one for all dimensions or one per
-            dimension (D,), or a prior (a NumPyro distribution, batch shape () or (D,)): its lower
-            ``quantile`` (:func:`~ppl_sparsegp.features.fourier.smallest_lengthscale`).
+        :param lengthscale: the shortest lengthscale of interest, one for all dimensions or one per
+            dimension (D,), or a prior (a NumPyro distribution, batch shape () or (D,)): its ``quantile``
+            and ``1 − quantile`` quantiles are ℓ_min and ℓ_max
+            (:func:`~ppl_sparsegp.features.fourier.lengthscale_range`).
+        :param max_lengthscale: ℓ_max (scalar or (D,); default: the prior's upper quantile, or ℓ_min).
         :param nu: the Matérn order of every dimension's kernel (0.5, 1.5 or 2.5).
         """
         axes = X.axes if isinstance(X, Grid) else None
@@ -68,13 +71,13 @@ class _PerDimension(InducingFeature):
                 raise ValueError(f"X must be a non-empty (N, D) array or a Grid, got shape {X.shape}")
             axes = [X[:, d] for d in range(X.shape[1])]
         D = len(axes)
-        ell = smallest_lengthscale(lengthscale, quantile)
-        if ell.shape not in ((), (1,), (D,)):
+        lo, hi = lengthscale_range(lengthscale, max_lengthscale, quantile)
+        if lo.shape not in ((), (1,), (D,)) or hi.shape not in ((), (1,), (D,)):
             raise ValueError(f"lengthscale must be a scalar or have one entry per dimension ({D}), "
                              f"got {lengthscale!r}")
-        ell, t = np.broadcast_to(ell, (D,)), cls.dimension_tolerance(tolerance, D)
-        return cls([FourierFeatures.from_data(axes[d], float(ell[d]), nu=nu, tolerance=t, margin=margin)
-                    for d in range(D)])
+        lo, hi, t = np.broadcast_to(lo, (D,)), np.broadcast_to(hi, (D,)), cls.dimension_tolerance(tolerance, D)
+        return cls([FourierFeatures.from_data(axes[d], float(lo[d]), nu=nu, tolerance=t, margin=margin,
+                                              max_lengthscale=float(hi[d])) for d in range(D)])
 
     def warn_outside(self, X, name="X_new"):
         if not isinstance(X, Grid):

@@ -22,10 +22,10 @@ Kuu's dynamic range grows like :math:`\omega_M^{2\nu+1}`: use float64 (the runne
 
 Choosing [a, b] and M (:meth:`FourierFeatures.from_data`). Every basis function takes the same value at
 a and b, so the residual variance :math:`k(x,x) - [Q_{ff}]_{xx}` rises near the edges; inside, it is the
-prior variance the frequencies above :math:`\omega_{M-1}` carry. For data in [x₀, x₁] and a smallest
-lengthscale of interest ℓ (λ = √(2ν)/ℓ) the rule is
+prior variance the frequencies above :math:`\omega_{M-1}` carry. For data in [x₀, x₁] and the shortest
+and longest lengthscales of interest ℓ_min ≤ ℓ_max (λ = √(2ν)/ℓ_min; by default ℓ_max = ℓ_min) the rule is
 
-* **margin**: :math:`[a, b] = [x_0 - 3\ell, x_1 + 3\ell]`. Measured on 64 points in [0, 1] (ν = 3/2
+* **margin**: :math:`[a, b] = [x_0 - 3\ell_{max}, x_1 + 3\ell_{max}]`. Measured on 64 points in [0, 1] (ν = 3/2
   with ℓ from 0.03 to 0.3, ν = 1/2 and 5/2 with ℓ = 0.05), margins of 3ℓ make the largest residual variance at the
   data at most 1.6× the mean one (no edge effect), 2ℓ leaves the edges up to 10× worse, and 5ℓ or more
   spends frequencies outside the data;
@@ -45,10 +45,21 @@ lengthscale of interest ℓ (λ = √(2ν)/ℓ) the rule is
   (a sum: each dimension may leave ``tolerance``; a product: :math:`1 - (1-\text{tol})^{1/D}` each).
   Measured on 300 points (Matérn ½, 3/2, 5/2; ℓ = (0.1, 0.3) and (0.2, 0.2); tolerance 0.03 and 0.01):
   the whole kernel's mean residual fraction is 0.57–1.01× ``tolerance`` (Matérn-3/2: the largest ≤ 1.1×).
-* **a lengthscale prior** instead of ℓ_min: its 5% quantile (:func:`smallest_lengthscale`).
+* **longer lengthscales need the margin, not more frequencies**: the edge effect reaches about one
+  *actual* lengthscale into the box, so a box with 3ℓ_min margins leaves posterior draws at ℓ ≫ ℓ_min
+  badly resolved near the edges. Measured (64 points in [0, 1], tolerance 0.01, M from the rule at ℓ):
+  with margins m·ℓ, Matérn-3/2 misses 0.9–1.4 % of the variance on average at m = 2, 0.7–0.9 % at
+  m = 3 (largest 0.9 %) for ℓ from 0.2 to 3; at m = 1 it misses 4–14 %, at m = 0.5 9–24 % (Matérn-5/2
+  is worse: 14–40 % at m = 0.5, 0.4–0.5 % at m = 3). A box cut for ℓ_min = 0.05 (margin 0.15) misses
+  19 % at ℓ = 0.4. Hence the margin is 3ℓ_max for the **longest** lengthscale of interest, M from the
+  **shortest** one: give the lengthscale prior (ℓ_min, ℓ_max its 5 % and 95 % quantiles,
+  :func:`lengthscale_range`) or ``max_lengthscale``. [2] found the same for
+  HSGP: its boundary factor c must grow with ℓ/S.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+    2. Riutort-Mayol, Bürkner, Andersen, Solin, Vehtari (2023), Practical Hilbert space approximate
+       Bayesian Gaussian processes for probabilistic programming, Statistics and Computing 33.
 """
 from __future__ import annotations
 
@@ -66,7 +77,7 @@ from ..linalg import DiagPlusLowRank, Diagonal
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature, OutsideDomainWarning
 
-__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "smallest_lengthscale"]
+__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
 
@@ -83,31 +94,30 @@ class FourierFeatures(InducingFeature):
 
     @classmethod
     def from_data(cls, x, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  quantile: float = 0.05):
-        """The box and M of the rule in the module docstring: [min x − margin·ℓ, max x + margin·ℓ] and
-        the fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance
-        unresolved at lengthscale ℓ (a smallest lengthscale of interest: shorter ones are resolved
-        less well).
+                  max_lengthscale=None, quantile: float = 0.05):
+        """The box and M of the rule in the module docstring: [min x − margin·ℓ_max, max x + margin·ℓ_max]
+        and the fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance
+        unresolved at ℓ_min (the shortest lengthscale of interest: shorter ones are resolved less well).
 
         :param x: the 1-D inputs (any shape; only their range is used).
-        :param lengthscale: ℓ > 0, the smallest lengthscale the features must resolve, or the
-            lengthscale's prior (a NumPyro distribution): ℓ is then its ``quantile``
-            (:func:`smallest_lengthscale`).
+        :param lengthscale: ℓ_min > 0, or the lengthscale's prior (a NumPyro distribution): then ℓ_min
+            and ℓ_max are its ``quantile`` and ``1 − quantile`` quantiles (:func:`lengthscale_range`).
         :param nu: the Matérn order (0.5, 1.5 or 2.5).
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
-        :param margin: the box margin in lengthscales (≥ 0).
-        :param quantile: the prior quantile taken as ℓ when ``lengthscale`` is a distribution.
+        :param margin: the box margin in lengthscales ℓ_max (≥ 0).
+        :param max_lengthscale: ℓ_max, the longest lengthscale of interest (default: the prior's upper
+            quantile, or ℓ_min for a number).
         """
         x = np.asarray(x, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
             raise ValueError("x must be a non-empty array of finite inputs")
-        lengthscale = float(np.reshape(smallest_lengthscale(lengthscale, quantile), ()))
+        lo, hi = (float(np.reshape(v, ())) for v in lengthscale_range(lengthscale, max_lengthscale, quantile))
         if not 0 < tolerance < 1:
             raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
         if not (np.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a non-negative number of lengthscales, got {margin!r}")
-        a, b = float(x.min()) - margin * lengthscale, float(x.max()) + margin * lengthscale
-        lam = math.sqrt(2 * nu) / lengthscale
+        a, b = float(x.min()) - margin * hi, float(x.max()) + margin * hi
+        lam = math.sqrt(2 * nu) / lo
         T = resolved_frequency(nu, tolerance)
         return cls(a, b, 1 + math.ceil(T * lam * (b - a) / (2 * math.pi)))
 
@@ -158,34 +168,49 @@ class FourierFeatures(InducingFeature):
         return jnp.concatenate([jnp.cos(t), jnp.sin(t[1:])], axis=0)
 
 
-def smallest_lengthscale(lengthscale, quantile: float = 0.05) -> np.ndarray:
-    """The smallest lengthscale of interest: ``lengthscale`` itself (a positive number or one per
-    dimension), or, for a prior (a NumPyro distribution, scalar or with one entry per dimension), its
-    lower ``quantile`` (by ``icdf`` where the distribution has one, else from 20 000 draws with a fixed
-    key): the features then resolve all but that fraction of the prior's lengthscales to the rule's
-    tolerance.
+def _positive(value, what):
+    value = np.asarray(value, dtype=float)
+    if value.size == 0 or not (np.all(np.isfinite(value)) and np.all(value > 0)):
+        raise ValueError(f"{what} must be positive and finite (or a prior), got {value!r}")
+    return value
 
-    :returns: a float64 NumPy array (shape () or (D,)).
-    :raises ValueError: for a non-positive or non-finite value, a quantile outside (0, 1), a prior whose
-        support is not positive.
+
+def _prior_quantile(prior, q):
+    """The q-quantile of a NumPyro distribution (``icdf`` where it has one, else 20 000 fixed-key draws)."""
+    try:
+        value = prior.icdf(jnp.asarray(q))
+    except (NotImplementedError, AttributeError, ImportError):  # e.g. Gamma's icdf needs tfp
+        value = jnp.quantile(prior.sample(jax.random.PRNGKey(0), (20_000,)), q, axis=0)
+    value = np.asarray(value, dtype=float)
+    if not (np.all(np.isfinite(value)) and np.all(value > 0)):
+        raise ValueError(f"the lengthscale prior {prior!r} has its {q} quantile at {value!r}: give a prior on "
+                         "positive values (e.g. LogNormal, Gamma, InverseGamma)")
+    return value
+
+
+def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.05) -> tuple:
+    """(ℓ_min, ℓ_max): the shortest lengthscale the features must resolve (it sets M) and the longest
+    (it sets the box margin: the edge effect reaches about one *actual* lengthscale into the box).
+
+    :param lengthscale: a positive number (or one per dimension), or a prior (a NumPyro distribution,
+        scalar or with one entry per dimension): then ℓ_min and ℓ_max are its ``quantile`` and
+        ``1 − quantile`` quantiles.
+    :param max_lengthscale: ℓ_max explicitly (default: the prior's upper quantile, or ℓ_min for a number).
+    :returns: two float64 NumPy arrays (shape () or (D,)).
+    :raises ValueError: for a non-positive or non-finite value, ℓ_max < ℓ_min, a quantile outside
+        (0, ½), a prior whose support is not positive.
     """
     if isinstance(lengthscale, Distribution):
-        if not 0 < quantile < 1:
-            raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
-        try:
-            value = lengthscale.icdf(jnp.asarray(quantile))
-        except (NotImplementedError, AttributeError, ImportError):  # e.g. Gamma needs tfp for icdf
-            draws = lengthscale.sample(jax.random.PRNGKey(0), (20_000,))
-            value = jnp.quantile(draws, quantile, axis=0)
-        value = np.asarray(value, dtype=float)
-        if not (np.all(np.isfinite(value)) and np.all(value > 0)):
-            raise ValueError(f"the lengthscale prior {lengthscale!r} has its {quantile} quantile at {value!r}: "
-                             "give a prior on positive values (e.g. LogNormal, Gamma, InverseGamma)")
-        return value
-    value = np.asarray(lengthscale, dtype=float)
-    if value.size == 0 or not (np.all(np.isfinite(value)) and np.all(value > 0)):
-        raise ValueError(f"lengthscale must be positive and finite (or a prior), got {lengthscale!r}")
-    return value
+        if not 0 < quantile < 0.5:
+            raise ValueError(f"quantile must be in (0, 0.5), got {quantile!r}")
+        lo, hi = _prior_quantile(lengthscale, quantile), _prior_quantile(lengthscale, 1 - quantile)
+    else:
+        lo = hi = _positive(lengthscale, "lengthscale")
+    if max_lengthscale is not None:
+        hi = _positive(max_lengthscale, "max_lengthscale")
+    if not np.all(hi >= lo):
+        raise ValueError(f"max_lengthscale {hi!r} must be at least the smallest lengthscale {lo!r}")
+    return lo, hi
 
 
 def spectral_tail(nu: float, T) -> np.ndarray:
