@@ -293,3 +293,32 @@ def test_inducing_guides_with_an_autoguide_fit_a_two_gp_model_like_nuts():
         assert np.median(d) < bound[0] and d.max() < bound[1], (np.median(d), d.max())
     ell_q, ell_p = np.asarray(q["f_kernel_lengthscale"]), np.asarray(p["f_kernel_lengthscale"])
     assert abs(ell_q.mean() - ell_p.mean()) < 0.5 * ell_p.std()
+
+
+def test_outputs_in_a_plate_with_their_own_hyperparameters_equal_single_output_gps():
+    """batched_kernel=True: lengthscales sampled inside the plate (a template's prior) give one kernel per
+    output; each row of f and of the residual variance equals the single-output spectral_gp with that
+    output's lengthscale and inducing values (shared variance), at X and at X_new."""
+    feature, x, x_new = psg.FourierFeatures(-0.5, 1.5, 10), np.linspace(0, 1, 30), np.array([0.25, 0.8])
+    template = psg.Matern52(1.3, dist.LogNormal(np.log(0.3), 0.5))
+
+    def multi():
+        with numpyro.plate("out", 3):
+            return psg.spectral_gp("f", feature, template, x, X_new=x_new, return_variance=True,
+                                   batched_kernel=True)
+
+    tr = handlers.trace(handlers.seed(multi, 0)).get_trace()
+    ells, V = tr["f_kernel_lengthscale"]["value"], tr["f_v"]["value"]
+    assert ells.shape == (3,) and len(np.unique(np.asarray(ells))) == 3
+    (F, var), (F_new, var_new) = handlers.seed(multi, 0)()
+    for i in range(3):
+        k = psg.Matern52(1.3, ells[i])
+        (fi, vi), (fn, vn) = handlers.substitute(handlers.seed(lambda: psg.spectral_gp(
+            "f", feature, k, x, X_new=x_new, return_variance=True), 1), {"f_v": V[i]})()
+        for a, b in ((F[i], fi), (var[i], vi), (F_new[i], fn), (var_new[i], vn)):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="inside a numpyro.plate"):
+        handlers.seed(lambda: psg.spectral_gp("f", feature, psg.Matern52(1.0, jnp.array([0.2, 0.3])), x,
+                                              batched_kernel=True), 0)()
+    with pytest.raises(ValueError, match="whiten=True"):
+        handlers.seed(lambda: psg.spectral_gp("f", feature, template, x, whiten=False, batched_kernel=True), 0)()

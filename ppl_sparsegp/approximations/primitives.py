@@ -72,7 +72,7 @@ def _as_inputs(X, name):
 
 
 def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = True,
-                return_variance: bool = False):
+                return_variance: bool = False, batched_kernel: bool = False):
     r"""Add a latent GP with the given inducing features to the current model; return f(X).
 
     Contract: the returned f is the projected process :math:`K_{fu}K_{uu}^{-1}\mathbf u` (a deterministic
@@ -97,14 +97,23 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
         resolve nothing (outside VFF's box) warn with :class:`~ppl_sparsegp.features.base.OutsideDomainWarning`.
     :param whiten: sample v ~ N(0, I) with u = R v (default) or u ~ N(0, Kuu).
     :param return_variance: also return the residual variance.
+    :param batched_kernel: one set of hyperparameters per output of the enclosing plate (below).
 
     **Several latent functions over one basis** (multi-output, hierarchical): call it inside
     ``numpyro.plate("outputs", K)``; the inducing site gets the plate's batch shape (K, M') and f comes
     back as (K, N), at the cost of one ``Kuf`` and one ``Kuu`` for all K (the hyperparameters are shared;
-    give each output its own amplitude by scaling f with a per-output site).
+    give each output its own amplitude by scaling f with a per-output site). With
+    ``batched_kernel=True`` each output has its own hyperparameters: every kernel hyperparameter with a
+    leading axis of the plate's size K holds one value per output (a scalar is shared; a template's
+    priors sampled inside the plate give exactly that), f is the per-output projection
+    :math:`K_{fu}^{(k)}K_{uu}^{(k)-1}\mathbf u_k`, and the residual variance comes back (K, N). Whitened only
+    (each output's Kuu is then only a factor in its projection). Features whose Kuf does not depend on
+    the hyperparameters (VFF inside its box) still compute it once: it is not batched.
     """
     kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
     X = feature.check_inputs(_as_inputs(X, "X"))
+    if batched_kernel:
+        return _batched(name, feature, kernel, X, X_new, whiten, return_variance)
     value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
     mean, var = _project(feature, kernel, X, value, whiten, Kmm)
     out = (mean, var) if return_variance else mean
@@ -112,6 +121,41 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
         return out
     X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
     mean_new, var_new = _project(feature, kernel, X_new, value, whiten, Kmm)
+    numpyro.deterministic(f"{name}_new", mean_new)
+    return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _batched(name, feature, kernel, X, X_new, whiten, return_variance):
+    """:func:`spectral_gp` with one set of hyperparameters per output of the enclosing plate(s)."""
+    if not whiten:
+        raise ValueError("batched_kernel=True needs whiten=True (a centred prior would need one Kuu per "
+                         "output in the inducing site's distribution)")
+    leaves = jax.tree.leaves(kernel)
+    K = next((jnp.shape(v)[0] for v in leaves if jnp.ndim(v) >= 1), None)
+    if K is None:
+        raise ValueError("batched_kernel=True but no kernel hyperparameter has a leading output axis: "
+                         "sample them inside the numpyro.plate (or pass shape (K,) values)")
+    bad = [jnp.shape(v) for v in leaves if jnp.ndim(v) >= 1 and jnp.shape(v)[0] != K]
+    if bad:
+        raise ValueError(f"batched_kernel=True: every batched hyperparameter needs the same leading axis "
+                         f"(the plate's size {K}), got shapes {[(K,)] + bad}")
+    kernels = jax.tree.map(lambda v: jnp.broadcast_to(v, (K,) + jnp.shape(v)[1:]) if jnp.ndim(v) else
+                           jnp.broadcast_to(v, (K,)), kernel)
+    first = jax.tree.map(lambda v: v[0], kernels)
+    value, _ = inducing_prior(name, feature, first, whiten=True)  # the structure (sqrt_cols) only
+    if jnp.shape(value)[:1] != (K,):
+        raise ValueError(f"batched_kernel=True needs spectral_gp inside a numpyro.plate of size {K} (the "
+                         f"hyperparameters' leading axis); the inducing site has shape {jnp.shape(value)}")
+
+    def one(k, v, Xs):
+        return conditional(feature, k, Xs, v, whiten=True, Kmm=Kuu(feature, k))
+
+    mean, var = jax.vmap(one, in_axes=(0, 0, None))(kernels, value, X)
+    out = (mean, var) if return_variance else mean
+    if X_new is None:
+        return out
+    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
+    mean_new, var_new = jax.vmap(one, in_axes=(0, 0, None))(kernels, value, X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
 
