@@ -6,9 +6,9 @@ from .fourier import FourierFeatures
 from .harmonic import HarmonicFeatures
 from .inducing_points import InducingPoints
 from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures
-from .random_fourier import RandomFourierFeatures
+from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
            "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
-           "RandomFourierFeatures"]
+           "RandomFourierFeatures", "ImportanceFourierFeatures"]
