@@ -29,14 +29,35 @@ class Param:
     """A point-estimated parameter: ``numpyro.param(name, init, constraint=constraint)``.
 
     :param init: initial value (array-like).
-    :param constraint: a NumPyro constraint (default: real).
+    :param constraint: a NumPyro constraint. Default: the field's own domain, i.e. positive for a field
+        that must be positive (a kernel's variance and lengthscale, a likelihood's noise variance, ...)
+        and real otherwise. An explicit constraint that lets a positive field leave the positive reals
+        is refused when the template is used (:func:`instantiate`), naming the field.
     """
 
-    def __init__(self, init, constraint=constraints.real):
+    def __init__(self, init, constraint=None):
         self.init = jnp.asarray(init)
         self.constraint = constraint
-        if not bool(jnp.all(constraint(self.init))):
+        check_finite(self.init, "Param init")
+        if constraint is not None and not bool(jnp.all(constraint(self.init))):
             raise ValueError(f"Param init {np.asarray(self.init)!r} violates its constraint {constraint}")
+
+    def resolved(self, positive: bool, name: str):
+        """The constraint to use for a field (``positive``: the field must be positive), checked."""
+        if self.constraint is None:
+            constraint = constraints.positive if positive else constraints.real
+        else:
+            constraint = self.constraint
+            if positive and not _constraint_is_positive(constraint, jnp.shape(self.init)):
+                raise ValueError(f"{name} must be positive but its Param has the constraint {constraint}, "
+                                 "which lets it leave the positive reals: give constraints.positive or "
+                                 "leave the constraint unset (the default is positive for this field)")
+        with jax.ensure_compile_time_eval():
+            ok = bool(jnp.all(constraint(self.init)))
+        if not ok:
+            raise ValueError(f"the Param init {np.asarray(self.init)!r} of {name} violates its constraint "
+                             f"{constraint}")
+        return constraint
 
     def __repr__(self):
         return f"Param({np.asarray(self.init)!r}, constraint={self.constraint})"
@@ -67,14 +88,18 @@ def check_positive(value, name: str):
             raise ValueError(f"{name} must be positive and finite, got {arr!r}")
 
 
-def _support_is_positive(d: Distribution) -> bool:
-    support = d.support
+def _constraint_is_positive(support, shape=()) -> bool:
+    """Whether every value the constraint's bijection reaches (probed at ±30 unconstrained) is > 0."""
     while isinstance(support, constraints.independent):
         support = support.base_constraint
-    shape = d.shape()
-    t = biject_to(support)
-    lo, hi = t(jnp.full(shape, -30.0)), t(jnp.full(shape, 30.0))
-    return bool(jnp.all(lo > 0) & jnp.all(hi > 0))
+    with jax.ensure_compile_time_eval():  # a static property of the constraint, also inside a trace
+        t = biject_to(support)
+        lo, hi = t(jnp.full(shape, -30.0)), t(jnp.full(shape, 30.0))
+        return bool(jnp.all(lo > 0) & jnp.all(hi > 0))
+
+
+def _support_is_positive(d: Distribution) -> bool:
+    return _constraint_is_positive(d.support, d.shape())
 
 
 class Module:
@@ -162,7 +187,8 @@ def _walk(template, prefix, on_leaf, check=False):
                 raise ValueError(
                     f"the prior for {type(template).__name__}.{name} (site {site!r}) must have positive "
                     f"support, got {type(value).__name__} with support {value.support}")
-            values[name] = on_leaf(site, value)
+            values[name] = (on_leaf(site, value, name in template._positive) if isinstance(value, Param)
+                             else on_leaf(site, value))
         else:
             values[name] = value
     return template.replace(**values)
@@ -183,9 +209,9 @@ def instantiate(template, prefix: str = "", *, point: bool = False):
     """
     import numpyro.distributions as dist
 
-    def on_leaf(site, value):
+    def on_leaf(site, value, positive=False):
         if isinstance(value, Param):
-            return numpyro.param(site, value.init, constraint=value.constraint)
+            return numpyro.param(site, value.init, constraint=value.resolved(positive, f"site {site!r}"))
         if not point:
             return numpyro.sample(site, value)
         loc = numpyro.param(f"{site}_map", lambda rng_key: initial_value(value), constraint=value.support)
@@ -197,12 +223,15 @@ def instantiate(template, prefix: str = "", *, point: bool = False):
 def free_sites(template, prefix: str = "") -> dict:
     """The sample sites a template introduces: ``{site name: prior distribution}``.
 
-    Also checks (outside any trace) that positive fields have priors with positive support."""
+    Also checks (outside any trace) that positive fields have priors with positive support and Params
+    whose constraints keep them positive."""
     out = {}
 
-    def on_leaf(site, value):
+    def on_leaf(site, value, positive=False):
         if isinstance(value, Distribution):
             out[site] = value
+        else:
+            value.resolved(positive, f"site {site!r}")
         return value
 
     _walk(template, prefix, on_leaf, check=True)

@@ -212,7 +212,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="input_scale"):
         HermiteFeatures(5, input_scale=-1.0)
     with pytest.raises(ValueError, match="input_scale must be positive"):
-        HermiteFeatures(5, input_scale=psg.Param(1.0))  # unconstrained Param could leave 2r² > ℓ²
+        HermiteFeatures(5, input_scale=psg.Param(1.0, constraints.real))  # could leave 2r² > ℓ²; unset: positive
     with pytest.raises(ValueError, match="band"):
         TrigonometricFeatures(5, band=0.0)
     with pytest.raises(ValueError, match="estimator"):

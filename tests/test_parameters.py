@@ -115,3 +115,31 @@ def test_modules_are_immutable():
     with pytest.raises(TypeError, match="has no field 'period'"):
         k.replace(period=1.0)
     assert float(k.replace(variance=2.0).variance) == 2.0 and float(k.variance) == 1.0
+
+
+def test_a_param_on_a_positive_field_is_positive_by_default_and_a_real_constraint_is_refused():
+    """Param(init) without a constraint gets the field's domain: positive for a kernel's lengthscale
+    (the numpyro.param site carries constraints.positive, so SVI cannot drive it negative), real for an
+    unconstrained field (a mean); an explicit real constraint on a positive field is refused when the
+    model is built, naming the site; a non-positive init of a positive field is refused too."""
+    import numpyro
+    from numpyro import handlers
+    from numpyro.distributions import constraints
+
+    import ppl_sparsegp as psg
+    from ppl_sparsegp.parameters import instantiate
+
+    gp = psg.SparseGP(psg.InducingPoints(psg.Param(np.zeros((3, 1)))), psg.Matern32(psg.Param(1.0), psg.Param(0.3)),
+                      psg.Gaussian(psg.Param(0.1)))
+    tr = handlers.trace(handlers.seed(gp.guide, 0)).get_trace(np.linspace(0, 1, 5)[:, None], np.zeros(5))
+    for site in ("kernel_lengthscale", "kernel_variance", "likelihood_variance"):
+        assert tr[site]["kwargs"]["constraint"] is constraints.positive
+    assert tr["feature_Z"]["kwargs"]["constraint"] is constraints.real
+    with pytest.raises(ValueError, match=r"site 'kernel_lengthscale' must be positive but its Param has the "
+                                         r"constraint Real"):
+        psg.SparseGP(psg.FourierFeatures(0, 1, 4), psg.Matern32(1.0, psg.Param(0.3, constraints.real)),
+                     psg.Gaussian(0.1)).hyperparameter_sites()
+    with pytest.raises(ValueError, match="violates its constraint"):
+        with handlers.seed(rng_seed=0):
+            instantiate(psg.Matern32(1.0, psg.Param(-0.3)))
+    assert numpyro  # imported for the handlers' stack

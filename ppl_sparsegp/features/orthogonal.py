@@ -61,7 +61,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import Distribution
-from numpyro.distributions.transforms import biject_to
 
 from ..parameters import Param, check_finite, check_positive, is_concrete
 from ..conditionals import conditional  # noqa: F401  (registers the default conditional)
@@ -89,10 +88,7 @@ def _check_num_features(num_features):
 def _scalar_field(value, name, positive=False):
     """A scalar parameter field: a number (validated), a Distribution or a Param (positive support)."""
     if isinstance(value, Param):
-        if positive:
-            t = biject_to(value.constraint)
-            if not bool(jnp.all(t(jnp.asarray(-30.0)) > 0) & jnp.all(t(jnp.asarray(30.0)) > 0)):
-                raise ValueError(f"{name} must be positive: give Param(..., constraint=constraints.positive)")
+        value.resolved(positive, name)  # a positive field refuses a constraint that leaves the positive reals
         if jnp.shape(value.init) != ():
             raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value.init)}")
         return value
