@@ -22,6 +22,7 @@ from ..features.base import InducingFeature
 from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
+from ..sharding import is_distributed, local_blocks
 
 __all__ = ["GPModel"]
 
@@ -80,6 +81,13 @@ def _require_samples(gp, method: str, samples: dict, *latent):
         raise TypeError(f"{method}: samples must be a dict (mcmc.get_samples()), got {type(samples).__name__}")
     _require(method, "samples", samples, _site_names(gp, gp.components, "sample") + list(latent),
              "pass mcmc.get_samples() from MCMC on this model")
+
+
+def _warn_outside(feature, X_new):
+    """The feature's warning for prediction inputs where it resolves nothing (a feature template's
+    domain is static, so its warning runs too)."""
+    warn = getattr(feature, "warn_outside", None)
+    return X_new if warn is None else warn(X_new)
 
 
 class GPModel:
@@ -141,6 +149,8 @@ class GPModel:
             return self.components()
 
     def _check_data(self, X, y, likelihood):
+        if is_distributed(X) or is_distributed(y):  # rows in other processes: check this process's own
+            return self._check_distributed_data(X, y, likelihood)
         X = check_inputs(X, "X")
         X = self.feature.check_inputs(X) if not isinstance(self.feature, type) else X
         if y is not None:
@@ -150,6 +160,24 @@ class GPModel:
             if y.shape[0] != X.shape[0]:
                 raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
             y = likelihood.validate(y, "y")
+        return X, y
+
+    def _check_distributed_data(self, X, y, likelihood):
+        """:meth:`_check_data` for global arrays whose rows live in several processes (which no host can
+        read whole): the shapes globally, the values block by block in the process that holds them."""
+        if not (is_distributed(X) and (y is None or is_distributed(y))):
+            raise ValueError("X and y must both be split over the processes (ppl_sparsegp.sharding.shard_data"
+                             "(X, y)), not one of them")
+        if X.ndim != 2:
+            raise ValueError(f"X must have shape (N, D) (rank 2), got shape {X.shape}")
+        if y is not None and y.ndim != 1:
+            raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
+        if y is not None and y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        for block in local_blocks(X):
+            self._check_data(block, None, likelihood)
+        for block in local_blocks(y) if y is not None else ():
+            likelihood.validate(block, "y")
         return X, y
 
     #: whether the model's factor ``y`` has one term per observation (for ArviZ's log_likelihood group)
@@ -186,7 +214,7 @@ class GPModel:
         over the draws for ``samples`` (law of total variance; ``*_draws`` keep the per-draw marginals)."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
-        X_new = check_inputs(X_new, "X_new")
+        X_new = _warn_outside(self.feature, check_inputs(X_new, "X_new"))
         X, y = data()
 
         def one(values):

@@ -46,6 +46,7 @@ from ..gaussian import StructuredNormal
 from ..kernels import check_inputs
 from ..linalg import Identity
 from ..parameters import Param, instantiate
+from ..sharding import map_rows
 from .variational import resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
@@ -121,12 +122,12 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     if batched_kernel:
         return _batched(name, feature, kernel, X, X_new, whiten, return_variance)
     value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
-    mean, var = _project(feature, kernel, X, value, whiten, Kmm)
+    mean, var = _project_rows(feature, kernel, X, value, whiten, Kmm)
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
     X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
-    mean_new, var_new = _project(feature, kernel, X_new, value, whiten, Kmm)
+    mean_new, var_new = _project_rows(feature, kernel, X_new, value, whiten, Kmm)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
 
@@ -164,6 +165,14 @@ def _batched(name, feature, kernel, X, X_new, whiten, return_variance):
     mean_new, var_new = jax.vmap(one, in_axes=(0, 0, None))(kernels, value, X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _project_rows(feature, kernel, X, value, whiten, Kmm):
+    """:func:`_project` block by block where the rows of X live (one device's Kuf block when X is
+    sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
+    inducing value's batch dimensions."""
+    lead = jnp.ndim(value) - 1
+    return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
 
 
 def _project(feature, kernel, X, value, whiten, Kmm):

@@ -37,7 +37,8 @@ from ..covariances import Kuu
 from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
-from .base import GPModel, _require_params, _require_samples
+from ..sharding import map_rows
+from .base import GPModel, _require_params, _require_samples, _warn_outside
 from .primitives import inducing_prior
 from .variational import resolve_q_family
 
@@ -123,8 +124,10 @@ class SparseGP(GPModel):
             raise ValueError(f"batch_size must be in 1..{N}, got {batch_size}")
         with numpyro.plate("data", N, subsample_size=batch_size) as idx:
             Xb = X if batch_size is None else X[idx]
-            mean, var = conditional(feature, kernel, Xb, u if L == 1 else u.T, whiten=self.whiten, Kmm=Kmm,
-                                    key=None if L > 1 else key)
+            # per data block where the rows live (one device's Kuf block; see ppl_sparsegp.sharding)
+            mean, var = map_rows(lambda Xs, key=None: conditional(feature, kernel, Xs, u if L == 1 else u.T,
+                                                                  whiten=self.whiten, Kmm=Kmm, key=key),
+                                 Xb, key=None if L > 1 else key)
             mean = mean + c
             if L > 1:
                 var = jnp.broadcast_to(var[:, None], mean.shape)
@@ -197,7 +200,7 @@ class SparseGP(GPModel):
                                       f"residual={self.residual!r}")
         X, y = self._check_data(X, y, self.likelihood)  # the data first: their errors name the fix
         kernel, likelihood, feature, c, Kmm, loc, S = self._fitted(params, "elbo")
-        mean, var = self._marginals(feature, kernel, X, loc, S, Kmm)
+        mean, var = map_rows(lambda Xs: self._marginals(feature, kernel, Xs, loc, S, Kmm), X)
         prior = Identity(S.size, dtype=Kmm.dtype) if self.whiten else (
             Kmm if self.num_latent_gps == 1 else BlockDiag((Kmm,) * self.num_latent_gps))
         ve = likelihood.variational_expectation(y, mean + c, var, key=key) if likelihood.monte_carlo \
@@ -215,7 +218,7 @@ class SparseGP(GPModel):
         """
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
-        X_new = check_inputs(X_new, "X_new")
+        X_new = _warn_outside(self.feature, check_inputs(X_new, "X_new"))
         L = self.num_latent_gps
         if params is not None:
             kernel, likelihood, feature, c, Kmm, loc, S = self._fitted(params, "predict")
