@@ -48,10 +48,16 @@ i.e. about 1–2 × eps. **Documented guarantee: relative error < 1e-9 at the de
 :math:`\boldsymbol\phi_n^\top\boldsymbol\alpha` are type-2 NUFFTs (:func:`_projection_nufft`), so
 :func:`fourier_conditional` streams the predictive marginals of any number of points in O(n w² D²) too.
 
-Inputs may be NumPy arrays, ``np.memmap`` files or chunked arrays (e.g. Dask): anything with ``.shape``
-whose row slices ``np.asarray`` converts. Chunks are spread over all JAX devices (``shard_map``; each
-device sums its own chunk, the host adds the per-device results in float64), so the result does not
-depend on the number of devices beyond rounding.
+Inputs may be NumPy arrays, ``np.memmap`` files or chunked arrays: anything with ``.shape`` whose row
+slices ``np.asarray`` converts; a pandas DataFrame with ``columns=`` (covariates) and ``y=`` (the
+target's name). Chunks are spread over all JAX devices (``shard_map``; each device sums its own chunk,
+the host adds the per-device results in float64), so the result does not depend on the number of
+devices beyond rounding.
+
+**Dask** arrays and DataFrames are not pulled to this process: each partition's statistics are
+computed on the Dask workers (the same per-chunk functions, in float64 whatever the worker's JAX
+configuration) and summed in a tree, so only :math:`O(M^2)` numbers per partition travel
+(:mod:`~ppl_sparsegp.features.fourier_dask`; Dask is optional and imported only for Dask inputs).
 
 ``method="nufft"`` needs ``jax-finufft`` (``nufft1``/``nufft2``; checked with jax 0.10.2, jax-finufft
 1.3.1, FINUFFT 2.5.0); without it only ``method="dense"`` is available. All inputs are padded to the
@@ -68,6 +74,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 from functools import lru_cache, partial
 
@@ -109,7 +116,10 @@ def _check_shapes(features, X, y):
     D = len(features)
     shape = tuple(getattr(X, "shape", ()))
     if not (len(shape) == 2 and shape[1] == D) and not (len(shape) == 1 and D == 1):
-        raise ValueError(f"X must have shape (N, {D}) for {D} Fourier feature dimension(s), got shape {shape}")
+        hint = (" (for a DataFrame, name its covariate columns with columns=[...] and the target with "
+                "y='name')") if hasattr(X, "columns") else ""
+        raise ValueError(f"X must have shape (N, {D}) for {D} Fourier feature dimension(s), got shape "
+                         f"{shape}{hint}")
     if y is not None:
         yshape = tuple(getattr(y, "shape", ()))
         if len(yshape) != 1:
@@ -121,10 +131,11 @@ def _check_shapes(features, X, y):
     return shape[0], D
 
 
-def _check_box(features, Xb, start, name="X"):
-    """Every value finite and inside its dimension's box [a_d, b_d] (else Kuf depends on λ)."""
+def _check_box(features, Xb, start, name="X", where=""):
+    """Every value finite and inside its dimension's box [a_d, b_d] (else Kuf depends on λ); ``start``
+    is the first row's index, ``where`` a suffix locating the rows (e.g. " of partition 3")."""
     if not np.all(np.isfinite(Xb)):
-        raise ValueError(f"{name} contains NaN or inf (rows {start}..{start + len(Xb) - 1})")
+        raise ValueError(f"{name} contains NaN or inf (rows {start}..{start + len(Xb) - 1}{where})")
     for d, f in enumerate(features):
         col = Xb[:, d]
         lo, hi = col.min(), col.max()
@@ -132,7 +143,8 @@ def _check_box(features, Xb, start, name="X"):
             bad = lo if lo < f.a else hi
             raise ValueError(
                 f"{name}[:, {d}] (dimension {d}) has the value {float(bad)!r} outside the box [a, b] = "
-                f"[{f.a}, {f.b}] of its FourierFeatures: precomputed statistics need the box to contain "
+                f"[{f.a}, {f.b}] of its FourierFeatures (rows {start}..{start + len(Xb) - 1}{where}): "
+                f"precomputed statistics need the box to contain "
                 f"the data (widen [a, b], or use CollapsedGP on the raw data)")
 
 
@@ -316,16 +328,21 @@ def _spec(features):
     return tuple((f.a, f.b, f.num_frequencies) for f in features)
 
 
+def _threads(mesh, threads=None):
+    """FINUFFT threads per device: ``threads``, by default the cores shared among the devices that run
+    at once."""
+    return max(1, (os.cpu_count() or 1) // mesh.devices.size) if threads is None else int(threads)
+
+
 @lru_cache(maxsize=64)
-def _compiled(kind, spec, method, eps, mesh, num_sharded, num_replicated):
+def _compiled(kind, spec, method, eps, mesh, num_sharded, num_replicated, threads):
     """The jitted per-chunk function of ``kind`` run on each device's local chunk (shard_map).
 
     The first ``num_sharded`` arguments are stacked (num_devices, chunk, ...) along the mesh axis, the
     others are replicated; the outputs come back stacked (num_devices, ...) for a host-side sum.
+    ``threads``: FINUFFT threads per device (:func:`_threads`).
     """
     features = tuple(FourierFeatures(*s) for s in spec)
-    # FINUFFT threads per device: the cores shared among the devices that run at once
-    threads = max(1, (os.cpu_count() or 1) // mesh.devices.size)
     fn = partial({"stats": _chunk_stats, "projection": _chunk_projection}[kind], features, method, eps, threads)
 
     def body(*args):
@@ -344,7 +361,8 @@ def _mesh(devices):
     return Mesh(np.array(devices), (_AXIS,))
 
 
-def _check_method(method, eps, chunk_size):
+def _check_method(method, eps, chunk_size, *, local=True):
+    """Validate method/eps/chunk_size; ``local``: the pass runs in this process (warn without float64)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if method == "nufft":
@@ -358,22 +376,24 @@ def _check_method(method, eps, chunk_size):
     chunk_size = DEFAULT_CHUNK[method] if chunk_size is None else chunk_size
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-    if not jax.config.jax_enable_x64:
+    if local and not jax.config.jax_enable_x64:
         warnings.warn("float64 is disabled (jax_enable_x64): per-chunk statistics are computed in "
                       "float32; enable float64 for large N", stacklevel=3)
     return int(chunk_size)
 
 
-def _stream(X, N, D, chunk_size, mesh, load, call):
+def _stream(X, N, D, chunk_size, mesh, load, call, bucket=False):
     """Yield the per-group outputs of ``call`` (already on the host) over row groups of X.
 
     Each group holds ``num_devices`` chunks of ``chunk`` rows (the last one padded: weight 0, inputs at
     the left box edges); the
     next group is dispatched before the previous one's result is read back, so host loading overlaps
-    device work.
+    device work. ``chunk`` is ``chunk_size``, or less for a small X: ⌈N / num_devices⌉, rounded up to a
+    power of two with ``bucket`` (Dask partitions of many sizes then share a few compiled shapes).
     """
     n_dev = mesh.devices.size
-    chunk = min(chunk_size, -(-N // n_dev))
+    chunk = -(-N // n_dev)
+    chunk = min(chunk_size, 1 << (chunk - 1).bit_length() if bucket else chunk)
     rows = chunk * n_dev
     sharding = NamedSharding(mesh, PartitionSpec(_AXIS))
     pending = None
@@ -392,52 +412,151 @@ def _stream(X, N, D, chunk_size, mesh, load, call):
     yield jax.device_get(pending)
 
 
-def fourier_statistics(feature, X, y, *, chunk_size: int | None = None, method: str = "dense",
-                       eps: float = 1e-12, devices=None) -> SufficientStatistics:
-    r"""Sufficient statistics of the collapsed bound for VFF with all inputs in the box, in one pass.
-
-    :param feature: a :class:`FourierFeatures` (1-D) or an :class:`AdditiveFeatures` of them (the
-        statistics of the stacked Kuf, in the feature order of ``Kuf(feature, ...)``).
-    :param X: inputs (N, D) (or (N,) for 1-D): a NumPy array, ``np.memmap`` or chunked array whose
-        row slices ``np.asarray`` converts. Every value must lie in its dimension's [a, b].
-    :param y: targets (N,), same kinds.
-    :param chunk_size: rows per device per step (default 8192 dense, 65536 nufft).
-    :param method: ``"dense"`` (exact GEMM, O(N M² D²)) or ``"nufft"`` (type-1 NUFFTs, O(N w² D²),
-        max-norm relative error below 1e-9 at the default eps; see the module docstring).
-    :param eps: NUFFT tolerance (ignored by ``"dense"``).
-    :param devices: JAX devices to shard the chunks over (default all ``jax.devices()``).
-    :returns: :class:`~ppl_sparsegp.collapsed.SufficientStatistics` with ``A, c, yy, n, f1, ysum``
-        (float64 when float64 is enabled).
-    :raises ValueError: for a value of X outside [a, b] (naming the dimension), NaN/inf, bad shapes.
-    """
-    features = fourier_box_features(feature)
-    chunk_size = _check_method(method, eps, chunk_size)
+def _statistics_pass(features, X, y, *, chunk_size, method, eps, mesh, threads=None, offset=0, where="",
+                     bucket=False):
+    """The one streaming pass in this process: ``[A, c, f1, yy, ysum, n]`` as float64 NumPy sums over
+    the rows of (X, y) (A not yet symmetrised); row numbers in errors start at ``offset``, followed by
+    ``where``; ``bucket`` as :func:`_stream`. Also the per-partition work of the Dask path
+    (:mod:`.fourier_dask`)."""
     N, D = _check_shapes(features, X, y)
-    mesh = _mesh(devices)
     inside = np.array([f.a for f in features])  # padding rows: a point inside every box
 
     def load(start, stop):
         Xb = _rows(X, start, stop, D)
         yb = np.asarray(y[start:stop], dtype=np.float64)
-        _check_box(features, Xb, start)
+        _check_box(features, Xb, offset + start, where=where)
         if not np.all(np.isfinite(yb)):
-            raise ValueError(f"y contains NaN or inf (rows {start}..{stop - 1})")
+            raise ValueError(f"y contains NaN or inf (rows {offset + start}..{offset + stop - 1}{where})")
         return [(Xb, inside), (np.ones(stop - start), 0.0), (yb, 0.0)]
 
-    step = _compiled("stats", _spec(features), method, float(eps), mesh, 3, 0)
+    step = _compiled("stats", _spec(features), method, float(eps), mesh, 3, 0, _threads(mesh, threads))
     total = None
-    for out in _stream(X, N, D, chunk_size, mesh, load, step):
+    for out in _stream(X, N, D, chunk_size, mesh, load, step, bucket):
         part = [np.sum(np.asarray(o, np.float64), axis=0) for o in out]
         total = part if total is None else [t + p for t, p in zip(total, part)]
+    return total
+
+
+def _projection_pass(features, X, alpha, C, kff, *, chunk_size, method, eps, mesh, threads=None, offset=0,
+                     where="", bucket=False):
+    """(mean, var) float64 NumPy arrays over the rows of X, streamed in this process (also the
+    per-partition work of the Dask path)."""
+    N, D = _check_shapes(features, X, None)
+    inside = np.array([f.a for f in features])
+
+    def load(start, stop):
+        Xb = _rows(X, start, stop, D)
+        _check_box(features, Xb, offset + start, where=where)
+        return [(Xb, inside)]
+
+    step = _compiled("projection", _spec(features), method, float(eps), mesh, 1, 2, _threads(mesh, threads))
+    means, quads = [], []
+    for mean, quad in _stream(X, N, D, chunk_size, mesh, load, lambda Xs: step(Xs, alpha, C), bucket):
+        means.append(np.asarray(mean, np.float64).reshape(-1))
+        quads.append(np.asarray(quad, np.float64).reshape(-1))
+    mean = np.concatenate(means)[:N]
+    var = np.maximum(float(kff) - np.concatenate(quads)[:N], 0.0)
+    return mean, var
+
+
+def _is_dask(x) -> bool:
+    """Whether x is a Dask collection (without importing Dask: none exists before Dask is imported)."""
+    dask = sys.modules.get("dask")
+    return x is not None and dask is not None and dask.is_dask_collection(x)
+
+
+def _select_columns(table, y, columns, D, *, target=True):
+    """Validate ``columns=`` (D covariate names) and, with ``target``, ``y`` (the target's name) against a
+    pandas or Dask DataFrame; returns the list of columns to read (covariates, then the target)."""
+    if not hasattr(table, "columns") or not hasattr(table, "dtypes"):
+        raise ValueError(f"columns= names DataFrame columns, but X is a {type(table).__name__}; pass X as "
+                         "an (N, D) array without columns=, or a (pandas or Dask) DataFrame")
+    if isinstance(columns, (str, bytes)) or not hasattr(columns, "__len__"):
+        raise ValueError(f"columns must be a list of the {D} covariate column names, got {columns!r}")
+    columns = list(columns)
+    if len(columns) != D:
+        raise ValueError(f"columns names {len(columns)} column(s) but the feature has {D} input "
+                         f"dimension(s): give one covariate column per FourierFeatures")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"columns names a column twice: {columns!r}")
+    names = columns
+    if target:
+        if not isinstance(y, str):
+            raise ValueError("with columns=, y must be the name of the target column (a string), got a "
+                             f"{type(y).__name__}")
+        if y in columns:
+            raise ValueError(f"the target column y={y!r} is also among the covariate columns")
+        names = columns + [y]
+    have = list(table.columns)
+    missing = [c for c in names if c not in have]
+    if missing:
+        raise ValueError(f"column(s) {missing!r} not in X; its columns are {have!r}")
+    dtypes = table.dtypes
+    bad = [c for c in names if getattr(dtypes[c], "kind", "O") not in "iuf"]
+    if bad:
+        raise ValueError(f"column(s) {bad!r} are not numeric (dtypes {[str(dtypes[c]) for c in bad]}): "
+                         "covariates and target must be integer or float columns")
+    return names
+
+
+def _finish(total) -> SufficientStatistics:
     A, c, f1, yy, ysum, n = total
+    if not n > 0:
+        raise ValueError("X has no rows")
     A = 0.5 * (A + A.T)
     return SufficientStatistics(A=jnp.asarray(A), c=jnp.asarray(c), yy=jnp.asarray(yy), n=jnp.asarray(n),
                                 f1=jnp.asarray(f1), ysum=jnp.asarray(ysum))
 
 
+def fourier_statistics(feature, X, y, *, columns=None, chunk_size: int | None = None, method: str = "dense",
+                       eps: float = 1e-12, devices=None, split_every: int = 8) -> SufficientStatistics:
+    r"""Sufficient statistics of the collapsed bound for VFF with all inputs in the box, in one pass.
+
+    :param feature: a :class:`FourierFeatures` (1-D) or an :class:`AdditiveFeatures` of them (the
+        statistics of the stacked Kuf, in the feature order of ``Kuf(feature, ...)``).
+    :param X: inputs (N, D) (or (N,) for 1-D): a NumPy array, ``np.memmap`` or chunked array whose
+        row slices ``np.asarray`` converts; a Dask array; or a pandas or Dask DataFrame with
+        ``columns``. Every value must lie in its dimension's [a, b]. Dask inputs are computed by the
+        current Dask scheduler (a ``distributed.Client``'s where one is the default, else Dask's
+        threads): each partition's sums on the worker that holds it, added in a tree there
+        (:mod:`~ppl_sparsegp.features.fourier_dask`); the call returns the computed statistics.
+    :param y: targets (N,), same kinds; with ``columns``, the name of the target column of X.
+    :param columns: the D covariate column names of a DataFrame X, in the order of the features
+        (e.g. ``fourier_statistics(feature, df, "delay", columns=["distance", "dep_time"])``).
+    :param chunk_size: rows per device per step (default 8192 dense, 65536 nufft); on Dask, within
+        each partition.
+    :param method: ``"dense"`` (exact GEMM, O(N M² D²)) or ``"nufft"`` (type-1 NUFFTs, O(N w² D²),
+        max-norm relative error below 1e-9 at the default eps; see the module docstring).
+    :param eps: NUFFT tolerance (ignored by ``"dense"``).
+    :param devices: JAX devices to shard the chunks over (default all ``jax.devices()``); not for Dask
+        inputs (each worker uses its own devices).
+    :param split_every: Dask inputs: how many partial sums each node of the reduction tree adds (≥ 2).
+    :returns: :class:`~ppl_sparsegp.collapsed.SufficientStatistics` with ``A, c, yy, n, f1, ysum``
+        (float64 when float64 is enabled).
+    :raises ValueError: for a value of X outside [a, b] (naming the dimension), NaN/inf, bad shapes or
+        column names.
+    """
+    features = fourier_box_features(feature)
+    if _is_dask(X) or _is_dask(y):
+        if devices is not None:
+            raise ValueError("devices= is for in-process inputs; with Dask inputs each worker uses its own "
+                             "JAX devices: leave devices=None")
+        chunk_size = _check_method(method, eps, chunk_size, local=False)
+        from .fourier_dask import dask_statistics
+
+        return _finish(dask_statistics(features, X, y, columns=columns, chunk_size=chunk_size, method=method,
+                                       eps=float(eps), split_every=split_every))
+    chunk_size = _check_method(method, eps, chunk_size)
+    if columns is not None:
+        names = _select_columns(X, y, columns, len(features))
+        X, y = X[names[:-1]].to_numpy(np.float64), X[names[-1]].to_numpy(np.float64)
+    return _finish(_statistics_pass(features, X, y, chunk_size=chunk_size, method=method, eps=eps,
+                                    mesh=_mesh(devices)))
+
+
 def fourier_conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None,
-                        chunk_size: int | None = None, method: str = "dense", eps: float = 1e-12,
-                        devices=None):
+                        columns=None, chunk_size: int | None = None, method: str = "dense",
+                        eps: float = 1e-12, devices=None):
     r"""Streaming :func:`~ppl_sparsegp.conditionals.conditional` for VFF at inputs inside the box.
 
     Same mathematics and signature as ``conditional`` (mean :math:`\mathbf a_n^\top\mathbf m`,
@@ -448,28 +567,29 @@ def fourier_conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = 
     in O(M³); then one pass over X in chunks (any array kind, sharded over devices) with the dense basis
     or the adjoint NUFFT (type 2), never forming the (M, N) Kuf.
 
-    :returns: ``(mean, var)`` NumPy float64 arrays of shape (N,).
+    ``X`` as in :func:`fourier_statistics` (with ``columns`` for a DataFrame: the covariate names).
+
+    :returns: ``(mean, var)`` NumPy float64 arrays of shape (N,); for a Dask X, lazy float64 Dask arrays
+        with X's row chunks, computed blockwise on the workers when computed (a value outside the box
+        raises then).
     """
     features = fourier_box_features(feature)
-    chunk_size = _check_method(method, eps, chunk_size)
-    N, D = _check_shapes(features, X, None)
-    mesh = _mesh(devices)
-    inside = np.array([f.a for f in features])  # padding rows: a point inside every box
+    dask_input = _is_dask(X)
+    chunk_size = _check_method(method, eps, chunk_size, local=not dask_input)
     alpha, C, kff = _projection_operands(feature, kernel, q_mu, q_cov, Kmm, whiten)
+    if dask_input:
+        if devices is not None:
+            raise ValueError("devices= is for in-process inputs; with Dask inputs each worker uses its own "
+                             "JAX devices: leave devices=None")
+        from .fourier_dask import dask_conditional
 
-    def load(start, stop):
-        Xb = _rows(X, start, stop, D)
-        _check_box(features, Xb, start)
-        return [(Xb, inside)]
-
-    step = _compiled("projection", _spec(features), method, float(eps), mesh, 1, 2)
-    means, quads = [], []
-    for mean, quad in _stream(X, N, D, chunk_size, mesh, load, lambda Xs: step(Xs, alpha, C)):
-        means.append(np.asarray(mean).reshape(-1))
-        quads.append(np.asarray(quad).reshape(-1))
-    mean = np.concatenate(means)[:N]
-    var = np.maximum(float(kff) - np.concatenate(quads)[:N], 0.0)
-    return mean, var
+        return dask_conditional(features, X, (np.asarray(alpha, np.float64), np.asarray(C, np.float64),
+                                              float(kff)), columns=columns, chunk_size=chunk_size,
+                                method=method, eps=float(eps))
+    if columns is not None:
+        X = X[_select_columns(X, None, columns, len(features), target=False)].to_numpy(np.float64)
+    return _projection_pass(features, X, alpha, C, kff, chunk_size=chunk_size, method=method, eps=eps,
+                            mesh=_mesh(devices))
 
 
 @partial(jax.jit, static_argnums=(5,))
