@@ -4,12 +4,30 @@
 or the model's Stein routine (:func:`fit_svi` and :func:`fit_nuts` are the fitting functions, public for
 the benchmarks), and writes into ``--out`` (default ``runs/<model>-<method>/``):
 
-* ``idata.nc``: the ArviZ InferenceData (netCDF);
+* ``idata.nc``: the ArviZ InferenceData (netCDF; for SVI/MAP the pointwise groups hold at most
+  :data:`~ppl_sparsegp.diagnostics.MAX_POINTWISE` values per variable, see
+  :func:`~ppl_sparsegp.diagnostics.from_svi`);
+* ``fit.npz`` (``--method svi`` and ``map``): the fitted approximation, which predicts without the
+  runner (:mod:`ppl_sparsegp.fits`; metadata: model, method, seed, steps, learning rate, final loss);
 * ``summary.txt``: ArviZ summary (mean, sd, HDI, ESS, R-hat) of the hyperparameters;
 * ``metrics.json``: the model's test metrics, the fit time and engine statistics;
 * PNG plots: the model's own plot (``fit.png``), the trace plot (NUTS) or the loss trace (SVI).
 
 Settings resolve as: command-line flag, else ``spec.defaults[method]``, else :data:`DEFAULTS`.
+
+SVI runs in compiled blocks of steps (:func:`fit_svi`): memory does not grow with the steps, and a step
+whose loss or params are not finite stops the run with a one-line error naming the step and the params.
+
+Reload an SVI or MAP fit and predict, in any later Python session (inputs and targets on the scale the
+model was fitted on: models that standardise their data, e.g. ``uci_*``, predict standardised values)::
+
+    import jax
+    jax.config.update("jax_enable_x64", True)  # the runner fits in float64
+    from ppl_sparsegp.fits import load_fit, load_metadata
+
+    gp, params = load_fit("runs/solar-svi/fit.npz")
+    pred = gp.predict(X_new, params=params)  # {"f_mean", "f_var", "y_mean", "y_var"}
+    load_metadata("runs/solar-svi/fit.npz")["metadata"]  # model, method, seed, steps, lr, final_loss, ...
 """
 from __future__ import annotations
 
@@ -18,6 +36,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 METHODS = ("svi", "nuts", "stein", "map")
 # fallbacks when neither the command line nor spec.defaults[method] sets a value
@@ -110,23 +130,125 @@ def _list():
     return found
 
 
+class NonFiniteLossError(FloatingPointError):
+    """SVI stopped at the first step whose loss or params are not finite (NaN or ±inf).
+
+    :ivar step: that step (1-based); :ivar names: the params that are not finite after it (constrained
+        or unconstrained value); :ivar loss: its loss; :ivar params: the params before it (all finite);
+        :ivar losses: the losses of the steps before it.
+    """
+
+    def __init__(self, message, *, step, names, loss, params, losses):
+        super().__init__(message)
+        self.step, self.names, self.loss, self.params, self.losses = step, names, loss, params, losses
+
+
 def fit_svi(gp, *args, steps: int, rng_key, lr: float = 0.01, optim=None, elbo=None, guide=None,
-            progress: bool = False, model_kwargs=None):
+            progress: bool = False, model_kwargs=None, block_size: int | None = None):
     """SVI of ``gp.model`` / ``gp.guide`` (or of the model ``gp`` with ``guide``) on ``*args``: ``steps``
     steps of ``optim`` (default Adam(``lr``)) on ``elbo`` (default ``TraceMeanField_ELBO``).
 
-    :returns: ``(SVIRunResult, seconds)``: the wall-clock time of ``svi.run``, compilation included.
+    The steps run in compiled blocks of ``block_size`` (default ``max(steps // 20, 1)``, NumPyro's
+    progress interval) with ``lax.scan`` (the data enter as arguments, not as constants); after each block
+    the losses are copied into one preallocated array and the NumPyro-style progress bar (``init loss``,
+    ``avg. loss [i-j]``) advances, so memory does not grow with the steps. Inside a block every step checks
+    that its loss and every param (constrained and unconstrained) are finite; the first step that is not
+    is not applied, the run stops after its block and :class:`NonFiniteLossError` names the step and the
+    params that went non-finite (and carries the last finite params).
+
+    :returns: ``(SVIRunResult, seconds)``: params, the final SVI state and the losses; the wall-clock time
+        of the run, compilation included.
+    :raises NonFiniteLossError: at the first non-finite step.
     """
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
     from numpyro import optim as optimisers
     from numpyro.infer import SVI, TraceMeanField_ELBO
+    from numpyro.infer.svi import SVIRunResult
 
+    for name, value in (("steps", steps), ("block_size", 1 if block_size is None else block_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    steps = int(steps)
+    block = min(max(steps // 20, 1) if block_size is None else int(block_size), steps)
+    kwargs = dict(model_kwargs or {})
     model, guide = (gp.model, gp.guide) if guide is None else (getattr(gp, "model", gp), guide)
     svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
               elbo if elbo is not None else TraceMeanField_ELBO())
     t0 = time.perf_counter()
-    result = svi.run(rng_key, steps, *args, progress_bar=progress, **(model_kwargs or {}))
+    state = svi.init(rng_key, *args, **kwargs)
+    names = sorted(svi.get_params(state))
+
+    def not_finite(state):
+        """Per param (in ``names`` order): True when its constrained or unconstrained value has NaN/inf."""
+        free, constrained = svi.optim.get_params(state.optim_state), svi.get_params(state)
+        return jnp.stack([~(jnp.all(jnp.isfinite(free[n])) & jnp.all(jnp.isfinite(constrained[n])))
+                          for n in names])
+
+    def run_block(state, active, args):
+        """``block`` steps (the first ``active`` of them); none is applied from the first bad one on."""
+        def body(carry, i):
+            state, bad_step, bad_params = carry
+            new, loss = svi.update(state, *args, **kwargs)
+            flags = not_finite(new)
+            live = (i < active) & (bad_step < 0)
+            bad = live & (~jnp.isfinite(loss) | jnp.any(flags))
+            state = lax.cond(live & ~bad, lambda old, upd: upd, lambda old, upd: old, state, new)
+            return (state, jnp.where(bad, i, bad_step), jnp.where(bad, flags, bad_params)), loss
+
+        init = (state, jnp.asarray(-1, jnp.int32), jnp.zeros(len(names), bool))
+        (state, bad_step, bad_params), losses = lax.scan(body, init, jnp.arange(block, dtype=jnp.int32))
+        return state, losses, bad_step, bad_params
+
+    run_block = jax.jit(run_block)
+    losses = None
+    bar = _progress_bar(steps) if progress else None
+    done = 0
+    try:
+        while done < steps:
+            active = min(block, steps - done)
+            state, block_losses, bad_step, bad_params = run_block(state, active, args)
+            block_losses, bad_step = np.asarray(jax.device_get(block_losses)), int(bad_step)
+            if losses is None:  # one array for the whole run: nothing grows per step
+                losses = np.empty(steps, dtype=block_losses.dtype)
+            if bad_step >= 0:
+                losses[done:done + bad_step] = block_losses[:bad_step]
+                raise _non_finite(svi, state, names, done + bad_step + 1, steps, float(block_losses[bad_step]),
+                                  np.asarray(bad_params), losses[:done + bad_step].copy())
+            losses[done:done + active] = block_losses[:active]
+            done += active
+            if bar is not None:
+                bar.update(active)
+                bar.set_postfix_str(f"init loss: {losses[0]:.4f}, avg. loss [{done - active + 1}-{done}]: "
+                                    f"{float(np.mean(block_losses[:active])):.4f}", refresh=False)
+    finally:
+        if bar is not None:
+            bar.close()
+    result = SVIRunResult(svi.get_params(state), state, jnp.asarray(losses))
     _block(result.params)
     return result, time.perf_counter() - t0
+
+
+def _progress_bar(total):
+    import tqdm
+
+    return tqdm.tqdm(total=total)
+
+
+def _non_finite(svi, state, names, step, steps, loss, flags, losses):
+    """The NonFiniteLossError of step ``step`` (1-based); ``state`` is the state before it."""
+    bad = [n for n, f in zip(names, flags) if f]
+    what = f"the loss is {loss}" if not np.isfinite(loss) else f"the loss is {loss:.6g}"
+    if bad:
+        what += f" and after it these params are not finite: {', '.join(bad)}"
+    else:
+        what += " (the params are still finite)"
+    last = f"; the last finite loss was {losses[-1]:.6g} at step {step - 1}" if len(losses) else ""
+    message = (f"SVI stopped at step {step} of {steps}: {what}{last}. Lower the learning rate (--lr), or check "
+               f"the data, the priors and the initial values for values that overflow")
+    return NonFiniteLossError(message, step=step, names=bad, loss=loss, params=svi.get_params(state),
+                              losses=losses)
 
 
 def fit_nuts(model, *args, rng_key, warmup: int, samples: int, chains: int = 1, target_accept: float = 0.8,
@@ -243,12 +365,38 @@ def _adequacy(spec, idata):
 
     if "particle" in idata.posterior.dims:
         return None
-    return diagnostics.adequacy(spec.gp, idata, spec.X, max_draws=200)
+    # point-estimated hyperparameters (SVI, MAP): every draw has the same residual fraction, so one draw says
+    # it (200 draws would each recompute Kuf at every training input: minutes at N = 200 000)
+    post, site = idata.posterior, getattr(spec.gp, "site", None)
+    point = all(np.all(post[k].values == post[k].values.reshape((-1,) + post[k].shape[2:])[0])
+                for k in post.data_vars if k != site)
+    return diagnostics.adequacy(spec.gp, idata, spec.X, max_draws=1 if point else 200)
 
 
 def _var_names(spec, idata):
     names = spec.var_names or list(spec.gp.hyperparameter_sites())
     return [n for n in names if n in idata.posterior] or list(idata.posterior.data_vars)
+
+
+def _save_fit(spec, args, idata, path, fit_time, stats) -> list:
+    """Write the approximation and its SVI/MAP params to ``path`` (:func:`ppl_sparsegp.fits.save_fit`);
+    a collapsed model keeps the training data it conditions on unless it holds precomputed statistics.
+    A model the fit format cannot describe is reported, not fatal: ``[]`` then, else ``["fit.npz"]``."""
+    from ppl_sparsegp import diagnostics
+    from ppl_sparsegp.fits import FitFileError, save_fit
+
+    gp = spec.gp if getattr(spec.gp, "precomputed", None) is not None else spec.gp.with_data(spec.X, spec.y)
+    metadata = {"model": spec.name, "method": args.method, "seed": args.seed, "steps": args.steps,
+                "lr": args.lr, "fit_time_s": round(fit_time, 3),
+                "final_loss": stats.get("final_loss", stats.get("neg_log_joint")),
+                "num_train": int(len(spec.y)), "model_kwargs": {k: v for k, v in spec.model_kwargs.items()
+                                                                if isinstance(v, (int, float, str, bool))}}
+    try:
+        save_fit(path, gp, diagnostics.svi_params(idata), metadata=metadata)
+    except FitFileError as e:
+        print(f"note: {path.name} not written: {e}", file=sys.stderr)
+        return []
+    return [path.name]
 
 
 def _plot_loss(losses, path):
@@ -284,6 +432,9 @@ def fit(spec, args):
         stats["adequacy_ok"] = check["ok"]
 
     diagnostics.save(idata, out / "idata.nc")
+    written = ["idata.nc"]
+    if args.method in ("svi", "map"):
+        written += _save_fit(spec, args, idata, out / "fit.npz", fit_time, stats)
     var_names = _var_names(spec, idata)
     table = diagnostics.summary(idata, var_names=var_names)
     (out / "summary.txt").write_text(table.to_string() + "\n")
@@ -311,14 +462,15 @@ def fit(spec, args):
         print(f"warning: the approximation for the posterior it found is {check['message']}", file=sys.stderr)
     print("\nmetrics")
     print(json.dumps(metrics, indent=2, default=float))
-    print(f"\nwrote {out}/: idata.nc summary.txt metrics.json " + " ".join(p.name for p in plots))
+    print(f"\nwrote {out}/: {' '.join(written)} summary.txt metrics.json " + " ".join(p.name for p in plots))
     return {"out": out, "idata": idata, "summary": table, "metrics": metrics, "plots": plots}
 
 
 # what a user's input can cause (flags, data files, model settings the library refuses): one line on
 # stderr and exit status 2, as argparse does for bad flags; any other exception is a bug and keeps its
 # traceback
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+               NonFiniteLossError)
 
 
 def _user_error(parser, error):

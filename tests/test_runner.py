@@ -177,3 +177,107 @@ def test_host_devices_follow_the_chains_the_fit_will_run():
     assert _planned_chains(SimpleNamespace(chains=None), pines) == pines.DEFAULTS["nuts"]["chains"] == 4
     assert not hasattr(solar, "DEFAULTS")
     assert _planned_chains(SimpleNamespace(chains=None), solar) == DEFAULTS["nuts"]["chains"]
+
+
+# --- the SVI loop: compiled blocks, bounded memory, a clear stop at the first non-finite step -------------
+def _toy_model():
+    """Loss −(p + 10⁻³√(2.5 − p) − q²) under SGD(1): p grows by ≈1 per step, so the loss at step 4 (at
+    p₃ ≈ 2.9986) is NaN and its gradient makes p NaN; q stays finite."""
+    import jax.numpy as jnp
+    import numpyro
+
+    p = numpyro.param("p", 0.0)
+    q = numpyro.param("q", 0.5)
+    numpyro.factor("f", p + 1e-3 * jnp.sqrt(2.5 - p) - q**2)
+
+
+def _no_guide(*args, **kwargs):
+    pass
+
+
+def test_fit_svi_stops_at_the_first_non_finite_step_and_names_the_params(capsys):
+    import jax
+    from numpyro import optim
+
+    from inference.runner import NonFiniteLossError, fit_svi
+
+    with pytest.raises(NonFiniteLossError) as raised:
+        fit_svi(_toy_model, steps=50, rng_key=jax.random.PRNGKey(0), optim=optim.SGD(1.0), guide=_no_guide,
+                block_size=3, progress=True)
+    e = raised.value
+    # the same steps by hand: SGD on the loss −(p + 10⁻³√(2.5 − p) − q²)
+    p, q, losses = 0.0, 0.5, []
+    for _ in range(3):
+        losses.append(-(p + 1e-3 * math.sqrt(2.5 - p) - q**2))
+        p, q = p + (1 - 0.5e-3 / math.sqrt(2.5 - p)), q - 2 * q
+    assert e.step == 4 and e.names == ["p"] and math.isnan(e.loss)  # the second block (steps 4-6)
+    np.testing.assert_allclose(e.losses, losses, rtol=1e-12)  # the steps before it
+    np.testing.assert_allclose([e.params["p"], e.params["q"]], [p, q], rtol=1e-12)  # the last finite params
+    assert str(e) == ("SVI stopped at step 4 of 50: the loss is nan and after it these params are not finite: p; "
+                      f"the last finite loss was {losses[-1]:.6g} at step 3. Lower the learning rate (--lr), or "
+                      "check the data, the priors and the initial values for values that overflow")
+    # NumPyro's progress bar: the first block's losses were reported
+    assert f"init loss: {losses[0]:.4f}, avg. loss [1-3]: {np.mean(losses):.4f}" in capsys.readouterr().err
+
+
+def test_fit_svi_in_blocks_is_adam_on_the_loss():
+    """Seven Adam steps in blocks of three (the last one partial) on −Σ log N(y | m, s), s = exp(t): the
+    losses and params of the same steps by hand (NumPyro's Adam: b₁ = 0.9, b₂ = 0.999, ε = 10⁻⁸)."""
+    import jax
+    import jax.numpy as jnp
+    import numpyro
+    from numpyro import optim
+    from numpyro.infer import Trace_ELBO
+
+    from inference.runner import fit_svi
+
+    def model(y):
+        m = numpyro.param("m", 0.3)
+        s = numpyro.param("s", 1.0, constraint=numpyro.distributions.constraints.positive)
+        numpyro.sample("y", numpyro.distributions.Normal(m, s), obs=y)
+
+    y = np.array([1.0, 2.0, 4.0])
+    ours, seconds = fit_svi(model, jnp.asarray(y), steps=7, rng_key=jax.random.PRNGKey(1), optim=optim.Adam(0.1),
+                            elbo=Trace_ELBO(), guide=_no_guide, block_size=3)
+    x, mom, vel, losses = np.array([0.3, 0.0]), np.zeros(2), np.zeros(2), []  # (m, t = log s)
+    for i in range(7):
+        m, s = x[0], math.exp(x[1])
+        r = y - m
+        losses.append(np.sum(0.5 * np.log(2 * np.pi * s**2) + r**2 / (2 * s**2)))
+        g = np.array([-np.sum(r) / s**2, np.sum(1 - r**2 / s**2)])  # d loss / d(m, t)
+        mom, vel = 0.9 * mom + 0.1 * g, 0.999 * vel + 0.001 * g**2
+        x = x - 0.1 * (mom / (1 - 0.9 ** (i + 1))) / (np.sqrt(vel / (1 - 0.999 ** (i + 1))) + 1e-8)
+    np.testing.assert_allclose(ours.losses, losses, rtol=1e-12)
+    np.testing.assert_allclose([ours.params["m"], ours.params["s"]], [x[0], math.exp(x[1])], rtol=1e-12)
+    assert ours.losses.shape == (7,) and seconds > 0
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+        fit_svi(model, y, steps=7, rng_key=jax.random.PRNGKey(1), guide=_no_guide, block_size=0)
+
+
+@pytest.mark.slow
+def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_path, capsys):
+    """fit.npz next to idata.nc (SVI on the sparse and the collapsed solar model): load_fit predicts
+    exactly what the InferenceData predicts; a learning rate that overflows stops with one line."""
+    import re
+    from types import SimpleNamespace
+
+    from ppl_sparsegp.fits import load_fit, load_metadata
+
+    for collapsed in (False, True):
+        out = tmp_path / f"svi-{collapsed}"
+        argv = ["fit", "solar", "--method", "svi", "--steps", "30", "--samples", "20", "--num-inducing", str(M),
+                "--out", str(out), "--no-progress"] + (["--collapsed"] if collapsed else [])
+        result = main(argv)
+        gp, params = load_fit(out / "fit.npz")
+        spec = solar.build(SimpleNamespace(num_inducing=M, collapsed=collapsed))
+        ours = gp.predict(spec.X_test, params=params)
+        ref = diagnostics.predict(spec.gp, result["idata"], spec.X_test)
+        for key in ("f_mean", "f_var", "y_mean", "y_var"):
+            np.testing.assert_allclose(ours[key], ref[key], rtol=1e-12, atol=1e-14)
+        meta = load_metadata(out / "fit.npz")["metadata"]
+        assert meta["model"] == "solar" and meta["steps"] == 30
+        assert meta["final_loss"] == result["metrics"]["final_loss"]
+    capsys.readouterr()  # the fits' own output
+    line = user_error(["fit", "solar", "--method", "svi", "--steps", "30", "--lr", "1e30", "--num-inducing", "5",
+                       "--out", str(tmp_path / "nan")], capsys)
+    assert re.search(r"SVI stopped at step \d+ of 30: the loss is .* not finite: .*Lower the learning rate", line)

@@ -1,0 +1,61 @@
+"""diagnostics.from_svi's pointwise groups under the cap max_pointwise: evaluated for evenly spaced draws,
+labelled by the posterior draws they belong to, with the values of those draws (an independent dense
+computation; an uncapped run)."""
+import jax
+import numpy as np
+import pytest
+from test_diagnostics import M, data, dense_conditional, gaussian_ve, make_gp
+
+from ppl_sparsegp import diagnostics
+
+
+def params_of(gp):
+    """The guide's params moved off their initial values (as after a fit): a loc, a lower-triangular factor,
+    point estimates."""
+    rng = np.random.default_rng(3)
+    L = np.tril(0.2 * rng.normal(size=(M, M)), -1) + np.diag(rng.uniform(0.2, 0.6, M))
+    return {"f_v_loc": rng.normal(size=M), "f_v_scale_tril": L, "kernel_variance_map": np.array(1.3),
+            "kernel_lengthscale_map": np.array(0.2), "likelihood_variance_map": np.array(0.05)}
+
+
+def test_thinned_pointwise_groups_hold_the_kept_draws_values():
+    """⌊159 / 20⌋ = 7 of 50 draws, evenly spaced, labelled by their posterior draw: the log likelihood of
+    each is E_p(f|u)[log N(y | f, σ²)] of that posterior draw (dense), and f, y follow its p(f | u) and
+    noise (z-scores over the 7 × 20 values: 5 standard errors)."""
+    X, y = data()  # N = 20
+    gp = make_gp()
+    idata = diagnostics.from_svi(params_of(gp), gp, X, y, num_samples=50, max_pointwise=7 * 20 + 19,
+                                 rng_key=jax.random.PRNGKey(4))
+    kept = np.round(np.linspace(0, 49, 7)).astype(int)
+    assert idata.posterior.sizes["draw"] == 50 and idata.posterior.attrs["pointwise_draws"] == 7
+    for group in ("log_likelihood", "posterior_predictive"):
+        np.testing.assert_array_equal(getattr(idata, group).draw.values, kept)
+    zf, zy = [], []
+    for d in kept:
+        s = {k: idata.posterior[k].values[0, d] for k in idata.posterior.data_vars}
+        mean, var = dense_conditional(X, s["kernel_variance"], s["kernel_lengthscale"], s["f_v"])
+        np.testing.assert_allclose(idata.log_likelihood["y"].sel(draw=d).values[0],
+                                   gaussian_ve(y, mean, var, s["likelihood_variance"]), rtol=1e-8, atol=1e-10)
+        f = idata.posterior_predictive["f"].sel(draw=d).values[0]
+        zf.append((f - mean) / np.sqrt(var))
+        zy.append((idata.posterior_predictive["y"].sel(draw=d).values[0] - f) / np.sqrt(s["likelihood_variance"]))
+    for z in (np.ravel(zf), np.ravel(zy)):
+        assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.var() - 1) < 5 * np.sqrt(2 / z.size)
+    with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):
+        diagnostics.from_svi(params_of(gp), gp, X, y, max_pointwise=0)
+
+
+@pytest.mark.slow
+def test_thinned_pointwise_groups_are_the_full_groups_at_the_kept_draws():
+    """One key per draw: a draw's values do not depend on which other draws are evaluated with it."""
+    X, y = data()
+    gp = make_gp()
+    params, key = params_of(gp), jax.random.PRNGKey(4)
+    capped = diagnostics.from_svi(params, gp, X, y, num_samples=50, max_pointwise=7 * 20 + 19, rng_key=key)
+    full = diagnostics.from_svi(params, gp, X, y, num_samples=50, max_pointwise=None, rng_key=key)
+    kept = capped.log_likelihood.draw.values
+    np.testing.assert_array_equal(full.log_likelihood.draw.values, np.arange(50))
+    np.testing.assert_array_equal(capped.posterior["f_v"].values, full.posterior["f_v"].values)
+    for group, name in (("log_likelihood", "y"), ("posterior_predictive", "y"), ("posterior_predictive", "f")):
+        np.testing.assert_allclose(getattr(capped, group)[name].values[0],
+                                   getattr(full, group)[name].values[0, kept], rtol=1e-12, atol=1e-12)
