@@ -231,10 +231,7 @@ class ImportanceFourierFeatures(InducingFeature):
         return jnp.concatenate([amp * jnp.cos(proj), amp * jnp.sin(proj)], axis=0)
 
 
-@Kuu.register(ImportanceFourierFeatures, Stationary)
-def _kuu_importance(feature, kernel):
-    dtype = jnp.result_type(feature.frequencies, kernel.variance, float)
-    return Diagonal(jnp.full((feature.num_features,), kernel.variance, dtype=dtype))
+Kuu.register(ImportanceFourierFeatures, Stationary)(_kuu_rff)  # weight space: σ² I, as for RFF
 
 
 @Kuf.register(ImportanceFourierFeatures, Stationary)
