@@ -52,6 +52,7 @@ def test_fit_solar_svi(tmp_path):
                                   idata.svi["kernel_variance_map"].values)
 
 
+@pytest.mark.slow  # the NUTS path end to end is test_fit_pines_nuts_on_a_grid's; adequacy: test_diagnostics
 def test_fit_solar_nuts(tmp_path):
     out = tmp_path / "nuts"
     main(["fit", "solar", "--method", "nuts", "--warmup", "20", "--samples", "20", "--chains", "1",
