@@ -315,7 +315,8 @@ def check_operator(spec, seed, dtype, delta):
     close("inv_quad", out["inv_quad"], iq, cond * iq)
     for name, (_, Sd, _) in S.items():
         t = np.trace(Kinv @ Sd)  # S is PSD: tr(K⁻¹S) > 0 and its rounding is relative
-        close(f"trace_solve S={name}", out[f"trace_{name}"], t, cond * t + np.linalg.norm(Kinv, 2) * np.linalg.norm(Sd, 2))
+        close(f"trace_solve S={name}", out[f"trace_{name}"], t,
+              cond * t + np.linalg.norm(Kinv, 2) * np.linalg.norm(Sd, 2))
     return op, K, x, S, out
 
 
@@ -480,7 +481,12 @@ def as_dtype(tree, dtype):
     """Every floating leaf of a feature/kernel pytree in ``dtype``. Needed for float32 while x64 is on: the
     constructors store concrete numbers (a fixed centre, a constant variance) in the default float dtype,
     float64, and the library's dtypes then follow the widest input."""
-    return jax.tree.map(lambda a: jnp.asarray(a, dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a, tree)
+    def leaf(a):
+        if isinstance(a, float):  # a NumPy scalar stays concrete under jit (the periodic kernel's period must)
+            return np.asarray(a, dtype)
+        return jnp.asarray(a, dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a
+
+    return jax.tree.map(leaf, tree)
 
 
 def _bound_terms(family, M, kernel_kind, p, X, y, noise):
@@ -514,11 +520,11 @@ RTOL32 = 1e-4
 PSD_TOL = {F64: 1e-10, F32: 1e-3}
 
 
-def hyper_strategy(dtype):
+def hyper_strategy(dtype, max_ell=10.0):
     """(seed, ℓ, σ_f², σ²): lengthscales from 0.05 to 10 (20 times the data range: ill-conditioned Kuu),
     noise down to 1e-4 (float64) or 1e-2 (float32)."""
     log = st.floats(0.0, 1.0).map
-    return st.tuples(SEEDS, log(lambda t: 0.05 * 200.0**t), log(lambda t: 0.1 * 100.0**t),
+    return st.tuples(SEEDS, log(lambda t: 0.05 * (max_ell / 0.05)**t), log(lambda t: 0.1 * 100.0**t),
                      log(lambda t: (1e-4 if dtype == F64 else 1e-2) * (1e4 if dtype == F64 else 1e2) ** t))
 
 
@@ -564,28 +570,32 @@ def test_bound_below_exact_and_residual_psd(family, M, kernel_kind):
     prop()
 
 
-# Kronecker inducing points in float32: each factor carries the jitter ε = 1e-5, so the product's smallest
-# eigenvalue is ~ε², cond(Kuu) reaches 1e11 (measured 5.5e11 at ℓ = 10, M = 8 × 8) and the float32 bound
-# exceeds the exact value (by 7e-2·|exact| at σ_f² = 10, σ² = 1e-2; reproducer in the issue-17 report).
-KRONECKER_IP_FLOAT32 = pytest.mark.xfail(strict=True, reason="float32 bound of Kronecker inducing points exceeds "
-                                         "exact at long lengthscales (jitter ε per factor: cond(Kuu) ~ 1/ε²)")
-BOUND_CASES = [pytest.param(family, dtype, id=f"{family}-{'float64' if dtype == F64 else 'float32'}",
-                            marks=KRONECKER_IP_FLOAT32 if (family, dtype) == ("kronecker-ip", F32) else ())
-               for dtype in (F64, F32) for family in BOUND_FAMILIES]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("family, dtype", BOUND_CASES)
+@pytest.mark.parametrize("family, dtype", [(f, d) for d in (F64, F32) for f in BOUND_FAMILIES],
+                         ids=[f"{f}-{n}" for n in ("float64", "float32") for f in BOUND_FAMILIES])
 def test_bound_below_exact_and_residual_psd_every_family(family, dtype):
-    """(b) and (c), slow tier: every family, M and kernel drawn, both dtypes."""
+    """(b) and (c), slow tier: every family, M and kernel drawn, both dtypes. Kronecker inducing points in
+    float32 only up to ℓ = 2 (see the next test)."""
     _, Ms, kernels = FAMILIES[family]
+    max_ell = 2.0 if (family, dtype) == ("kronecker-ip", F32) else 10.0
 
     @SLOW
-    @given(M=st.sampled_from(Ms), kernel_kind=st.sampled_from(kernels), hyper=hyper_strategy(dtype))
+    @given(M=st.sampled_from(Ms), kernel_kind=st.sampled_from(kernels), hyper=hyper_strategy(dtype, max_ell))
     def prop(M, kernel_kind, hyper):
         check_bound_and_residual(family, M, kernel_kind, hyper, dtype)
 
     prop()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="float32: the collapsed bound of Kronecker inducing points exceeds the "
+                   "exact value at long lengthscales (each factor carries the jitter ε, so cond(Kuu) ~ 1/ε²)")
+def test_float32_kronecker_inducing_points_long_lengthscale():
+    """(b) in float32 for Kronecker inducing points at ℓ = 10 (20 times the data range), M = 8 × 8, σ_f² = 10,
+    σ² = 1e-2: cond(Kuu) ~ 5e11 with float32's jitter 1e-5 per factor, and the float32 bound is
+    +1.0e-1·|exact| above the exact value (float64: below). Measured from ℓ = 5 on (ℓ ≤ 2: below exact,
+    checked by the property above)."""
+    check_bound_and_residual("kronecker-ip", 8, "se", (0, 10.0, 10.0, 1e-2), F32)
 
 
 # (d) -------------------------------------------------------------------------------------------------
@@ -645,12 +655,15 @@ def check_whitening(family, M, kernel_kind, likelihood, residual, hyper):
     z = rng.normal(size=Mp)  # R is M × M'
     out = jax.tree.map(np.asarray, _whitened_and_centred_jit(family, M, kernel_kind, likelihood, residual, p,
                                                               X, y, z, noise))
+    assert all(np.all(np.isfinite(v)) for v in out.values()), (family, M, hyper, {k: np.all(np.isfinite(v))
+                                                                                for k, v in out.items()})
     M_, Mp = out["Kuu"].shape[0], len(z)
     # log|Kuu| of the operator (checked against the dense matrix in (a)); here also against the scaled dense
     # one where that is reliable (Kronecker inducing points reach cond 1e16 even scaled: jitter per factor)
     logdet, dense_logdet, cond = float(out["logdet"]), *scaled_logdet(out["Kuu"])
     if cond < 1e10:
-        assert abs(logdet - dense_logdet) <= 1e-12 * cond * (abs(dense_logdet) + M_), (family, M, hyper, logdet, dense_logdet)
+        assert abs(logdet - dense_logdet) <= 1e-12 * cond * (abs(dense_logdet) + M_), \
+            (family, M, hyper, logdet, dense_logdet)
     expected = 0.5 * logdet - 0.5 * (Mp - M_) * math.log(2 * math.pi)
     got = (float(out["prior_w"]) + float(out["y_w"])) - (float(out["prior_c"]) + float(out["y_c"]))
     scale = sum(abs(float(out[k])) for k in ("prior_w", "prior_c", "y_w", "y_c")) + abs(expected)
