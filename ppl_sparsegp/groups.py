@@ -146,7 +146,7 @@ class Group:
         return out
 
     def check(self, input_dim: int, scale: float = 1.0):
-        """Check on a random probe that every way acts on D inputs and is cyclic of its order, that the
+        r"""Check on a random probe that every way acts on D inputs and is cyclic of its order, that the
         ways commute, and that the T̃ elements :math:`G^{\mathbf s}` are distinct (no way repeats another,
         every order is minimal); raise ``ValueError`` otherwise."""
         for way in self.ways:
