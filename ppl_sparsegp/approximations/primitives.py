@@ -176,7 +176,7 @@ def _project_rows(feature, kernel, X, value, whiten, Kmm):
 
 
 def _project(feature, kernel, X, value, whiten, Kmm):
-    """E[f(X) | u] and the residual variance; inside ``numpyro.plate``\ s the inducing value has leading
+    r"""E[f(X) | u] and the residual variance; inside ``numpyro.plate``\ s the inducing value has leading
     batch dimensions (one latent function per output or group) and the means come back with the same
     leading dimensions, (..., N), from ONE Kuf and one solve with a matrix right-hand side."""
     if jnp.ndim(value) == 1:

@@ -230,7 +230,7 @@ def spectral_tail(nu: float, T) -> np.ndarray:
 
 
 def resolved_frequency(nu: float, tolerance: float) -> float:
-    """T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T)."""
+    r"""T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T)."""
     lo, hi = 0.0, 1.0
     while spectral_tail(nu, hi) > tolerance:
         lo, hi = hi, 2 * hi
