@@ -414,6 +414,7 @@ def test_collapsed_matches_titsias_dense_formula():
                                rtol=1e-9)
 
 
+@pytest.mark.slow  # 13 s; the bound itself is tested against the exact GP in the fast tests
 def test_collapsed_gp_under_nuts_and_svi_recovers_noise():
     rng = np.random.default_rng(4)
     X = jnp.asarray(np.sort(rng.uniform(0, 1, 60))[:, None])

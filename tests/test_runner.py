@@ -39,6 +39,7 @@ def check_outputs(out, method):
     return idata, metrics
 
 
+@pytest.mark.slow  # the SVI loop: test_fit_svi_in_blocks_is_adam_on_the_loss; the CLI end to end: pines NUTS
 def test_fit_solar_svi(tmp_path):
     out = tmp_path / "svi"
     result = main(["fit", "solar", "--method", "svi", "--steps", "50", "--samples", "50", "--lr", "0.02",
