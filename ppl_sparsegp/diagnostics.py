@@ -427,14 +427,13 @@ def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:
     ells = next((np.asarray(flat[s]) for s in ("kernel_lengthscale", f"{name}_kernel_lengthscale") if s in flat),
                 None)
     if isinstance(feature, FourierFeatures) and ells is not None:
-        from .features.fourier import resolved_frequency
+        from .features.fourier import frequencies_needed
 
         short, long = float(np.quantile(ells, 0.05)), float(np.quantile(ells, 0.95))
         nu = float(getattr(getattr(gp_or_feature, "kernel", kernel), "nu", 1.5))
         x = np.asarray(X.points() if isinstance(X, Grid) else X)[:, 0]
         lo, hi = min(float(x.min()) - 3 * long, feature.a), max(float(x.max()) + 3 * long, feature.b)
-        T = resolved_frequency(nu, tolerance / 2)
-        need = 1 + math.ceil(T * math.sqrt(2 * nu) / short * (hi - lo) / (2 * math.pi))  # from_data's rule
+        need = frequencies_needed(lo, hi, short, nu, tolerance / 2)  # from_data's rule
         tips = []
         if (lo, hi) != (feature.a, feature.b):
             tips.append(f"widen the box to [{lo:.4g}, {hi:.4g}] (3 lengthscales beyond the data at the 95% "

@@ -35,6 +35,8 @@ References:
 """
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -120,20 +122,23 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
     X = feature.check_inputs(_as_inputs(X, "X"))
     if batched_kernel:
-        return _batched(name, feature, kernel, X, X_new, whiten, return_variance)
-    value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
-    mean, var = _project_rows(feature, kernel, X, value, whiten, Kmm)
+        project = _batched_projection(name, feature, kernel, whiten)
+    else:
+        value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
+        project = partial(_project_rows, feature, kernel, value=value, whiten=whiten, Kmm=Kmm)
+    mean, var = project(X)
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
     X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
-    mean_new, var_new = _project_rows(feature, kernel, X_new, value, whiten, Kmm)
+    mean_new, var_new = project(X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
 
 
-def _batched(name, feature, kernel, X, X_new, whiten, return_variance):
-    """:func:`spectral_gp` with one set of hyperparameters per output of the enclosing plate(s)."""
+def _batched_projection(name, feature, kernel, whiten):
+    """Sample the inducing site for one set of hyperparameters per output of the enclosing plate(s);
+    return ``X -> (mean, var)``, each (K, N), the per-output projections (vmapped over the outputs)."""
     if not whiten:
         raise ValueError("batched_kernel=True needs whiten=True (a centred prior would need one Kuu per "
                          "output in the inducing site's distribution)")
@@ -146,8 +151,7 @@ def _batched(name, feature, kernel, X, X_new, whiten, return_variance):
     if bad:
         raise ValueError(f"batched_kernel=True: every batched hyperparameter needs the same leading axis "
                          f"(the plate's size {K}), got shapes {[(K,)] + bad}")
-    kernels = jax.tree.map(lambda v: jnp.broadcast_to(v, (K,) + jnp.shape(v)[1:]) if jnp.ndim(v) else
-                           jnp.broadcast_to(v, (K,)), kernel)
+    kernels = jax.tree.map(lambda v: jnp.broadcast_to(v, (K,) + jnp.shape(v)[1:]), kernel)  # scalars shared
     first = jax.tree.map(lambda v: v[0], kernels)
     value, _ = inducing_prior(name, feature, first, whiten=True)  # the structure (sqrt_cols) only
     if jnp.shape(value)[:1] != (K,):
@@ -157,17 +161,10 @@ def _batched(name, feature, kernel, X, X_new, whiten, return_variance):
     def one(k, v, Xs):
         return conditional(feature, k, Xs, v, whiten=True, Kmm=Kuu(feature, k))
 
-    mean, var = jax.vmap(one, in_axes=(0, 0, None))(kernels, value, X)
-    out = (mean, var) if return_variance else mean
-    if X_new is None:
-        return out
-    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
-    mean_new, var_new = jax.vmap(one, in_axes=(0, 0, None))(kernels, value, X_new)
-    numpyro.deterministic(f"{name}_new", mean_new)
-    return out, ((mean_new, var_new) if return_variance else mean_new)
+    return lambda Xs: jax.vmap(one, in_axes=(0, 0, None))(kernels, value, Xs)
 
 
-def _project_rows(feature, kernel, X, value, whiten, Kmm):
+def _project_rows(feature, kernel, X, *, value, whiten, Kmm):
     """:func:`_project` block by block where the rows of X live (one device's Kuf block when X is
     sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
     inducing value's batch dimensions."""

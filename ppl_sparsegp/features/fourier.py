@@ -77,7 +77,7 @@ from ..linalg import DiagPlusLowRank, Diagonal
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature, OutsideDomainWarning
 
-__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "lengthscale_range"]
+__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
 
@@ -117,9 +117,7 @@ class FourierFeatures(InducingFeature):
         if not (np.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a non-negative number of lengthscales, got {margin!r}")
         a, b = float(x.min()) - margin * hi, float(x.max()) + margin * hi
-        lam = math.sqrt(2 * nu) / lo
-        T = resolved_frequency(nu, tolerance)
-        return cls(a, b, 1 + math.ceil(T * lam * (b - a) / (2 * math.pi)))
+        return cls(a, b, frequencies_needed(a, b, lo, nu, tolerance))
 
     def __init__(self, a, b, num_frequencies):
         if not (np.isfinite(a) and np.isfinite(b) and float(a) < float(b)):
@@ -227,6 +225,12 @@ def spectral_tail(nu: float, T) -> np.ndarray:
     else:
         raise ValueError(f"nu must be 0.5, 1.5 or 2.5 (the orders VFF supports), got {nu!r}")
     return 1.0 - inside
+
+
+def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolerance: float) -> int:
+    """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ)."""
+    T = resolved_frequency(nu, tolerance)
+    return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (b - a) / (2 * math.pi))
 
 
 def resolved_frequency(nu: float, tolerance: float) -> float:
