@@ -132,19 +132,27 @@ def test_bad_inputs():
         K.Additive([])
 
 
-@pytest.mark.parametrize("lengthscale", [0.3, 0.7, 2.0])
+@pytest.mark.parametrize("lengthscale", [0.08, 0.3, 0.7, 2.0, 10.0])
 def test_periodic_gram_and_fourier_series(lengthscale):
     """The Gram matrix against the exp-sine-squared formula, and the Fourier coefficients against the
-    closed form q_0 = σ² e^{-z} I_0(z), q_j = 2σ² e^{-z} I_j(z), z = 1/ℓ² (scipy's ``ive``)."""
+    closed form q_0 = σ² e^{-z} I_0(z), q_j = 2σ² e^{-z} I_j(z), z = 1/ℓ² (scipy's ``ive``), far into the
+    tail (40 terms, down to 1e-130: an FFT gave q_j < 0 there), traced (jit) and in float32."""
     k = K.Periodic(1.3, lengthscale, 2.5)
     x = np.linspace(-3.0, 4.0, 9)[:, None]
     d = x - x.T
     np.testing.assert_allclose(k(x), 1.3 * np.exp(-2 * np.sin(np.pi * d / 2.5) ** 2 / lengthscale**2),
-                               rtol=1e-13)
+                               rtol=1e-12)
     np.testing.assert_allclose(k.diag(x), 1.3)
     z = 1.0 / lengthscale**2
     ref = 1.3 * special.ive(np.arange(12), z) * np.r_[1.0, 2.0 * np.ones(11)]
     np.testing.assert_allclose(k.fourier_coefficients(12), ref, rtol=1e-10, atol=1e-15)
+    ref = 1.3 * special.ive(np.arange(40), z) * np.r_[1.0, 2.0 * np.ones(39)]
+    np.testing.assert_allclose(k.fourier_coefficients(40), ref, rtol=1e-11, atol=0)
+    traced = jax.jit(lambda ell: K.Periodic(1.3, ell, 2.5).fourier_coefficients(40))(lengthscale)
+    np.testing.assert_allclose(traced, ref, rtol=1e-11, atol=0)
+    q32 = K.Periodic(np.float32(1.3), np.float32(lengthscale), 2.5).fourier_coefficients(40)
+    assert q32.dtype == np.float32 and np.all(np.asarray(q32) >= 0)
+    np.testing.assert_allclose(q32, ref, rtol=2e-5, atol=1e-37)
 
 
 def test_periodic_bad_hyperparameters():

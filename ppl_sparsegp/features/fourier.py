@@ -321,6 +321,9 @@ def _periodic_coefficients(feature, kernel):
         raise ValueError(f"FourierFeatures for a Periodic kernel must span one period: b − a = "
                          f"{feature.b - feature.a:g} but period = {p:g}; use FourierFeatures(a, a + period, M)")
     q = kernel.fourier_coefficients(feature.num_frequencies)
+    # coefficients below the dtype's range are 0; Kuu = diag(q) must stay invertible, and a floor at the
+    # smallest normal number changes Q = Σ q_j φ_j φ_jᵀ by less than rounding (Kuu⁻¹Kuf = φ is unchanged)
+    q = jnp.maximum(q, jnp.finfo(q.dtype).tiny)
     return jnp.concatenate([q, q[1:]])
 
 
