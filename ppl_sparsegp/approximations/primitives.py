@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpyro
 from numpyro.distributions import Distribution
 
-from ..conditionals import conditional
+from ..conditionals import conditional, projected_mean
 from ..covariances import Kuu
 from ..gaussian import StructuredNormal
 from ..kernels import check_inputs
@@ -125,7 +125,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
         project = _batched_projection(name, feature, kernel, whiten)
     else:
         value, Kmm = inducing_prior(name, feature, kernel, whiten=whiten)
-        project = partial(_project_rows, feature, kernel, value=value, whiten=whiten, Kmm=Kmm)
+        project = partial(_project_rows, feature, kernel, value=value, whiten=whiten, Kmm=Kmm,
+                          need_var=return_variance)
     mean, var = project(X)
     out = (mean, var) if return_variance else mean
     if X_new is None:
@@ -164,24 +165,29 @@ def _batched_projection(name, feature, kernel, whiten):
     return lambda Xs: jax.vmap(one, in_axes=(0, 0, None))(kernels, value, Xs)
 
 
-def _project_rows(feature, kernel, X, *, value, whiten, Kmm):
+def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
     """:func:`_project` block by block where the rows of X live (one device's Kuf block when X is
     sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
     inducing value's batch dimensions."""
     lead = jnp.ndim(value) - 1
+    if not need_var and conditional.dispatch(feature) is conditional.default:  # the projected process only
+        return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm, projected_mean), X,
+                        out_rows=lead), None
     return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
 
 
-def _project(feature, kernel, X, value, whiten, Kmm):
-    r"""E[f(X) | u] and the residual variance; inside ``numpyro.plate``\ s the inducing value has leading
-    batch dimensions (one latent function per output or group) and the means come back with the same
-    leading dimensions, (..., N), from ONE Kuf and one solve with a matrix right-hand side."""
-    if jnp.ndim(value) == 1:
-        return conditional(feature, kernel, X, value, whiten=whiten, Kmm=Kmm)
-    lead = jnp.shape(value)[:-1]
-    flat = jnp.reshape(value, (-1, jnp.shape(value)[-1]))
-    mean, var = conditional(feature, kernel, X, flat.T, whiten=whiten, Kmm=Kmm)  # (N, B)
-    return jnp.reshape(mean.T, lead + (-1,)), var
+def _project(feature, kernel, X, value, whiten, Kmm, mean_only=None):
+    r"""E[f(X) | u] and the residual variance, or with ``mean_only`` (:func:`projected_mean`) the mean
+    alone; inside ``numpyro.plate``\ s the inducing value has leading batch dimensions (one latent
+    function per output or group) and the means come back with the same leading dimensions, (..., N),
+    from ONE Kuf and one solve with a matrix right-hand side."""
+    batched = jnp.ndim(value) > 1
+    q_mu = jnp.reshape(value, (-1, jnp.shape(value)[-1])).T if batched else value
+    out = (mean_only or conditional)(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
+    mean, var = (out, None) if mean_only else out
+    if batched:
+        mean = jnp.reshape(mean.T, jnp.shape(value)[:-1] + (-1,))  # (N, B) -> (..., N)
+    return mean if mean_only else (mean, var)
 
 
 def _is_template(module) -> bool:

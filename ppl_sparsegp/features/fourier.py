@@ -258,6 +258,12 @@ def _check_kernel(kernel):
 @Kuu.register(FourierFeatures, Matern52)
 def _kuu_fourier(feature, kernel):
     _check_kernel(kernel)
+    return DiagPlusLowRank(*_kuu_fourier_parts(feature, kernel))  # validates concrete (d, B)
+
+
+@jax.jit
+def _kuu_fourier_parts(feature, kernel):
+    """(d, B) of Kuu = diag(d) + B Bᵀ: one compiled program (see ``conditionals._gaussian_conditional``)."""
     dtype = jnp.result_type(kernel.variance, float)
     w = feature.omegas(dtype)
     s = kernel.spectral_density(w[:, None])  # s(ω_m), library convention = [1, eq. 5-10]
@@ -273,7 +279,7 @@ def _kuu_fourier(feature, kernel):
     elif kernel.nu == 2.5:
         cols.append(jnp.concatenate([(3 * w**2 / lam**2 - 1) / (math.sqrt(8.0) * sigma), zs]))
         cols.append(jnp.concatenate([zc, math.sqrt(3.0) * w[1:] / (lam * sigma)]))
-    return DiagPlusLowRank(d, jnp.stack(cols, axis=1))
+    return d, jnp.stack(cols, axis=1)
 
 
 @Kuf.register(FourierFeatures, Matern12)
