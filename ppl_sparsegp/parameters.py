@@ -15,6 +15,9 @@ appear under SVI, NUTS and SteinVI.
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,7 +25,8 @@ import numpyro
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive"]
+__all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
+           "debug_checks"]
 
 
 class Param:
@@ -71,21 +75,68 @@ def is_concrete(x) -> bool:
     return all(not isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
-def check_finite(value, name: str):
-    """Raise ``ValueError`` naming ``name`` if a concrete array holds NaN or inf (tracers pass)."""
+_DEBUG = {"on": os.environ.get("PPL_SPARSEGP_DEBUG", "") not in ("", "0")}
+
+
+@contextmanager
+def _debug_scope(previous):
+    try:
+        yield
+    finally:
+        debug_checks(previous)
+
+
+def debug_checks(enabled: bool = True):
+    """Check traced values too (under ``jit``, ``vmap``, ``grad``, NUTS and SVI), not only concrete ones.
+
+    The library validates its inputs and hyperparameters (finite, positive, ...) when they are numbers.
+    Inside a trace they are not, so a NaN input or a negative lengthscale reached by an optimiser gives
+    NaN silently. With debug checks on, each such check also runs on the traced value when the compiled
+    program runs (``jax.debug.callback``) and raises the same ``ValueError`` (naming the argument), which
+    JAX reports as an ``XlaRuntimeError`` carrying the message. It costs a host callback per check per
+    call: use it to find where a NaN comes from, not for production runs.
+
+    Use as a function, ``debug_checks()`` / ``debug_checks(False)``, or as a context manager,
+    ``with debug_checks(): ...``; the environment variable ``PPL_SPARSEGP_DEBUG=1`` turns it on at import.
+    The flag is read when a function is traced: changing it clears JAX's compilation caches, so that
+    programs compiled before are traced again.
+    """
+    previous, _DEBUG["on"] = _DEBUG["on"], bool(enabled)
+    if previous != _DEBUG["on"]:
+        jax.clear_caches()
+    return _debug_scope(previous)
+
+
+def _check(value, bad, message):
+    """Raise ``ValueError(message(arr))`` if ``bad(arr)`` for the concrete value; for a traced value,
+    the same when the program runs, in debug mode (:func:`debug_checks`)."""
     if is_concrete(value):
         arr = np.asarray(value)
-        if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
-            raise ValueError(f"{name} contains NaN or inf")
+        if bad(arr):
+            raise ValueError(message(arr))
+    elif _DEBUG["on"] and not isinstance(value, (Distribution, Param)) and value is not None:
+        def callback(v):
+            arr = np.asarray(v)
+            if bad(arr):
+                raise ValueError(message(arr) + " (a traced value, found by ppl_sparsegp.debug_checks)")
+        jax.debug.callback(callback, value)
     return value
 
 
+def check_finite(value, name: str):
+    """Raise ``ValueError`` naming ``name`` if an array holds NaN or inf (a traced one: in debug mode)."""
+    return _check(value, lambda a: a.dtype.kind in "fc" and not np.all(np.isfinite(a)),
+                  lambda a: f"{name} contains NaN or inf")
+
+
 def check_positive(value, name: str):
-    """Raise ``ValueError`` naming ``name`` if a concrete value is not strictly positive and finite."""
-    if is_concrete(value):
-        arr = np.asarray(value, dtype=float)
-        if arr.size == 0 or not np.all(np.isfinite(arr)) or not np.all(arr > 0):
-            raise ValueError(f"{name} must be positive and finite, got {arr!r}")
+    """Raise ``ValueError`` naming ``name`` if a value is not strictly positive and finite (a traced
+    one: in debug mode)."""
+    def bad(a):
+        a = a.astype(float)
+        return a.size == 0 or not np.all(np.isfinite(a)) or not np.all(a > 0)
+
+    _check(value, bad, lambda a: f"{name} must be positive and finite, got {a.astype(float)!r}")
 
 
 def _constraint_is_positive(support, shape=()) -> bool:

@@ -143,3 +143,30 @@ def test_a_param_on_a_positive_field_is_positive_by_default_and_a_real_constrain
         with handlers.seed(rng_seed=0):
             instantiate(psg.Matern32(1.0, psg.Param(-0.3)))
     assert numpyro  # imported for the handlers' stack
+
+
+def test_debug_checks_find_a_traced_negative_lengthscale_and_nan_inputs_under_jit_vmap_and_grad():
+    """By default a traced bad value passes silently (a wrong number or NaN out); with ``debug_checks`` the same check as
+    for concrete values runs when the program runs and raises the message naming the argument."""
+    import jax
+    import jax.numpy as jnp
+
+    X = np.linspace(0.0, 1.0, 5)[:, None]
+
+    def total(ell, X=X):
+        return jnp.sum(psg.Matern32(1.0, ell)(X))
+
+    bad_X = jnp.asarray(X).at[0, 0].set(jnp.nan)
+    np.testing.assert_allclose(jax.jit(total)(-0.2), total(0.2))  # silently read as |ℓ| ...
+    assert np.isnan(jax.jit(lambda X: total(0.2, X))(bad_X))  # ... and silently NaN
+    with psg.debug_checks():
+        with pytest.raises(Exception, match="Matern32.lengthscale must be positive and finite"):
+            jax.block_until_ready(jax.jit(total)(-0.2))
+        with pytest.raises(Exception, match="Matern32.lengthscale must be positive"):
+            jax.vmap(total)(jnp.array([0.2, -0.2]))
+        with pytest.raises(Exception, match="Matern32.lengthscale must be positive"):
+            jax.grad(total)(-0.2)
+        with pytest.raises(Exception, match="X contains NaN or inf"):
+            jax.block_until_ready(jax.jit(lambda X: total(0.2, X))(bad_X))
+        np.testing.assert_allclose(jax.jit(total)(0.2), total(0.2))  # good values pass
+    assert not psg.parameters._DEBUG["on"]  # the context restores the default
