@@ -26,7 +26,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "debug_checks"]
+           "check_value", "debug_checks"]
 
 
 class Param:
@@ -107,7 +107,7 @@ def debug_checks(enabled: bool = True):
     return _debug_scope(previous)
 
 
-def _check(value, bad, message):
+def check_value(value, bad, message):
     """Raise ``ValueError(message(arr))`` if ``bad(arr)`` for the concrete value; for a traced value,
     the same when the program runs, in debug mode (:func:`debug_checks`)."""
     if is_concrete(value):
@@ -125,7 +125,7 @@ def _check(value, bad, message):
 
 def check_finite(value, name: str):
     """Raise ``ValueError`` naming ``name`` if an array holds NaN or inf (a traced one: in debug mode)."""
-    return _check(value, lambda a: a.dtype.kind in "fc" and not np.all(np.isfinite(a)),
+    return check_value(value, lambda a: a.dtype.kind in "fc" and not np.all(np.isfinite(a)),
                   lambda a: f"{name} contains NaN or inf")
 
 
@@ -136,7 +136,7 @@ def check_positive(value, name: str):
         a = a.astype(float)
         return a.size == 0 or not np.all(np.isfinite(a)) or not np.all(a > 0)
 
-    _check(value, bad, lambda a: f"{name} must be positive and finite, got {a.astype(float)!r}")
+    check_value(value, bad, lambda a: f"{name} must be positive and finite, got {a.astype(float)!r}")
 
 
 def _constraint_is_positive(support, shape=()) -> bool:

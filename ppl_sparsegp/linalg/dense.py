@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import block_diag, cho_solve, solve_triangular
 
-from ..parameters import is_concrete
+from ..parameters import check_finite, check_value, is_concrete
 from .base import LinearOperator, _all_finite, _as_float, _check_rhs
 from .cholesky import stacked_cholesky, triangular_inverse
 from .structured import BlockDiag
@@ -29,18 +29,18 @@ class Dense(LinearOperator):
         matrix = _as_float(matrix)
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
             raise ValueError(f"Dense: matrix must be a square 2-D array, got shape {matrix.shape}")
-        if is_concrete(matrix) and not _all_finite(matrix):
-            raise ValueError("Dense: matrix contains NaN or inf")
+        check_finite(matrix, "Dense: matrix")
         if is_concrete(jitter) and not (_all_finite(jitter) and bool(np.all(np.asarray(jitter) >= 0))):
             raise ValueError(f"Dense: jitter must be finite and >= 0, got {jitter!r}")
         n = matrix.shape[0]
         if not (isinstance(jitter, (int, float)) and jitter == 0):
             matrix = matrix + jitter * jnp.eye(n, dtype=matrix.dtype)
         chol = jnp.linalg.cholesky(matrix)
+        message = (f"Dense: matrix ({n}x{n}) is not positive definite (Cholesky failed); "
+                   f"pass a larger jitter= (e.g. 1e-6 times the mean diagonal) or check the matrix")
         if is_concrete(matrix) and not _all_finite(chol):
-            raise np.linalg.LinAlgError(
-                f"Dense: matrix ({n}x{n}) is not positive definite (Cholesky failed); "
-                f"pass a larger jitter= (e.g. 1e-6 times the mean diagonal) or check the matrix")
+            raise np.linalg.LinAlgError(message)
+        check_value(chol, lambda a: not np.all(np.isfinite(a)), lambda a: message)  # traced: debug mode
         self._set(matrix=matrix, chol=chol)
 
     @classmethod

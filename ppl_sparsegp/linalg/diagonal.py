@@ -4,8 +4,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..parameters import is_concrete
-from .base import LinearOperator, _all_finite, _as_float, _bcast, _check_rhs
+from ..parameters import check_value
+from .base import LinearOperator, _as_float, _bcast, _check_rhs
 
 __all__ = ["Diagonal", "Identity"]
 
@@ -22,11 +22,9 @@ class Diagonal(LinearOperator):
         d = _as_float(d)
         if d.ndim != 1:
             raise ValueError(f"Diagonal: d must be 1-D, got shape {d.shape}")
-        if is_concrete(d):
-            if not _all_finite(d):
-                raise ValueError("Diagonal: d contains NaN or inf")
-            if not bool(np.all(np.asarray(d) > 0)):
-                raise ValueError(f"Diagonal: d must be > 0, got min {float(np.min(np.asarray(d)))}")
+        check_value(d, lambda a: not (np.all(np.isfinite(a)) and np.all(a > 0)),
+                    lambda a: "Diagonal: d contains NaN or inf" if not np.all(np.isfinite(a))
+                    else f"Diagonal: d must be > 0, got min {float(np.min(a))}")
         self._set(d=d)
 
     @property

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from ..parameters import is_concrete
-from .base import LinearOperator, _all_finite, _as_float, _bcast, _check_rhs
+from ..parameters import check_finite, check_value
+from .base import LinearOperator, _as_float, _bcast, _check_rhs
 
 __all__ = ["DiagPlusLowRank"]
 
@@ -39,13 +39,10 @@ class DiagPlusLowRank(LinearOperator):
         if B.shape[0] != d.shape[0]:
             raise ValueError(f"DiagPlusLowRank: B must have {d.shape[0]} rows to match d, "
                              f"got B of shape {B.shape}")
-        if is_concrete(d):
-            if not _all_finite(d):
-                raise ValueError("DiagPlusLowRank: d contains NaN or inf")
-            if not bool(np.all(np.asarray(d) > 0)):
-                raise ValueError(f"DiagPlusLowRank: d must be > 0, got min {float(np.min(np.asarray(d)))}")
-        if is_concrete(B) and not _all_finite(B):
-            raise ValueError("DiagPlusLowRank: B contains NaN or inf")
+        check_value(d, lambda a: not (np.all(np.isfinite(a)) and np.all(a > 0)),
+                    lambda a: "DiagPlusLowRank: d contains NaN or inf" if not np.all(np.isfinite(a))
+                    else f"DiagPlusLowRank: d must be > 0, got min {float(np.min(a))}")
+        check_finite(B, "DiagPlusLowRank: B")
         self._set(d=d, B=B)
 
     @property
