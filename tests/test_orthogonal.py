@@ -123,7 +123,58 @@ def test_hermite_width_constraint_holds_by_construction_and_recurrence_is_stable
     np.testing.assert_allclose(K32, K64, atol=1e-5)  # float32: ~100 recurrence steps of rounding
 
 
+def test_hermite_size_rule_resolves_every_input_and_the_density_average_is_the_eigenvalue_tail():
+    """(a) Under inputs N(c, σ_p²), M Hermite features leave B^M of the SE prior variance on average (the
+    eigenvalues of R&W §4.3.1), against a Monte Carlo average of 1 − Σ_m Kuf[m](x)²/v. (b) ``from_data``:
+    every input keeps at most the tolerance unresolved, and one feature fewer leaves more somewhere, for
+    light- and heavy-tailed inputs; past ``max_features`` it refuses naming the fix."""
+    from ppl_sparsegp.features.orthogonal import hermite_unresolved
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 0.7, 20000)
+    for ell, M in ((0.2, 12), (0.7, 4)):
+        K = np.asarray(psg.Kuf(HermiteFeatures(M, 0.7, 1.0), psg.SquaredExponential(2.0, ell), x[:, None]))
+        np.testing.assert_allclose(1.0 - np.mean(np.sum(K**2, 0)) / 2.0, hermite_unresolved(ell, 0.7, M),
+                                   rtol=0.05)
+    for x, ell, tol in ((rng.uniform(-1.0, 3.0, 300), 0.05, 0.01), (rng.standard_t(3, 300), 0.3, 1e-3)):
+        f = HermiteFeatures.from_data(x, ell, tolerance=tol)
+        assert f.centre == pytest.approx(np.mean(x)) and f.input_scale == pytest.approx(np.std(x))
+        resid = [1.0 - np.sum(np.asarray(psg.Kuf(HermiteFeatures(m, f.input_scale, f.centre),
+                                                 psg.SquaredExponential(1.0, ell), x[:, None])) ** 2, 0)
+                 for m in (f.M, f.M - 1)]
+        assert resid[0].max() <= 1.05 * tol < 1.05 * resid[1].max()
+    with pytest.raises(ValueError, match="heavy tails. Use FourierFeatures.from_data"):
+        HermiteFeatures.from_data(x, 0.3, tolerance=1e-3, max_features=64)
+    with pytest.raises(ValueError, match="two distinct finite inputs"):
+        HermiteFeatures.from_data(np.ones(5), 0.3)
+
+
 # --- trigonometric ------------------------------------------------------------------------------------
+def test_trig_size_rule_band_from_the_spectral_tail_and_m_resolving_every_input():
+    """``TrigonometricFeatures.from_data``: the band leaves half the tolerance of spectral mass outside
+    (closed forms: erfc for SE, the Matérn-3/2 tail of ``spectral_tail``); every input keeps at most the
+    tolerance unresolved, one function fewer leaves more somewhere; the quadrature suits the inputs."""
+    from scipy.special import erfc
+
+    from ppl_sparsegp.features.fourier import spectral_tail
+
+    rng = np.random.default_rng(1)
+    tol = 0.01
+    for K, x, ell, tail in ((psg.SquaredExponential, rng.uniform(-1.0, 3.0, 200), 0.2,
+                             lambda a, ell: erfc(a * ell / math.sqrt(2.0))),
+                            (psg.Matern32, rng.normal(2.0, 1.0, 200), 0.5,
+                             lambda a, ell: spectral_tail(1.5, a * ell / math.sqrt(3.0)))):
+        f = TrigonometricFeatures.from_data(x, ell, kernel=K, tolerance=tol)
+        np.testing.assert_allclose(tail(float(f.band), ell), tol / 2, rtol=2e-3)
+        assert f.centre == pytest.approx(0.5 * (x.min() + x.max()))
+        resid = [1.0 - np.sum(np.asarray(psg.Kuf(f.replace(M=m), K(1.0, ell), x[:, None])) ** 2, 0)
+                 for m in (f.M, f.M - 1)]
+        assert resid[0].max() <= tol < resid[1].max()
+        f.check_inputs(x[:, None])  # enough quadrature nodes
+    with pytest.raises(ValueError, match="stationary kernel class"):
+        TrigonometricFeatures.from_data(x, 0.5, kernel=psg.Matern32(1.0, 0.5))
+
+
 @pytest.mark.parametrize("basis_name", ["fourier", "dirichlet"])
 def test_trig_basis_is_orthonormal_and_kuf_equals_quadrature(basis_name):
     a, M = 4.0, 9
