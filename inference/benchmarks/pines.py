@@ -26,6 +26,12 @@ value-and-gradient of the potential, timed apart from compilation), leapfrog ste
 posterior means, and for every hyperparameter the distance to the exact posterior, |mean − exact mean| /
 exact sd, and the sd ratio. Writes ``inference/benchmarks/results/pines.json`` and ``pines.png`` (distance
 and ESS/s against the basis count).
+
+``--gradients`` times only the gradient of the potential (the per-gradient target: VFF ≤ 1.2× the
+Kronecker HSGP at equal basis count), HSGP and VFF (rule box, projected process: the main job's model)
+at each basis count, in ``--rounds`` interleaved rounds of ``--repeats`` calls each (the median call of
+each round; the table gives the median over rounds and the ratio of the medians), one process on one
+core; writes ``results/pines_gradients.json``.
 """
 from __future__ import annotations
 
@@ -96,6 +102,53 @@ def gradient_cost(model, args, repeats=200):
     info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
     t = harness.timed(jax.value_and_grad(info.potential_fn), info.param_info.z, repeats=repeats)
     return t.compile_s, 1e3 * t.mean_s
+
+
+def gradient_table(spec, basis, ell_min, *, rounds, repeats):
+    """Rows of the ``--gradients`` mode: ms per gradient of HSGP and VFF (rule box, projected) per basis
+    count, interleaved rounds (the machine's drift hits both alike)."""
+    import jax
+    import numpy as np
+    from numpyro.infer.util import initialize_model
+
+    from ppl_sparsegp import FourierFeatures
+
+    rule = FourierFeatures.from_data([1 / 128, 127 / 128], ell_min)
+    rows = []
+    for n in basis:
+        compiled = {}
+        for kind, size, box, residual in (("hsgp", n, HSGP_C * 0.5, None),
+                                          ("vff", (n + 1) // 2, (rule.a, rule.b), "none")):
+            model, args = build_model(kind, size, box, spec, residual)
+            info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
+            z = info.param_info.z
+            t0 = time.perf_counter()
+            fn = jax.jit(jax.value_and_grad(info.potential_fn)).lower(z).compile()
+            compiled[kind] = (fn, z, time.perf_counter() - t0)
+        ms = {kind: [] for kind in compiled}
+        for _ in range(rounds):
+            for kind, (fn, z, _) in compiled.items():
+                jax.block_until_ready(fn(z))
+                times = []
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    jax.block_until_ready(fn(z))
+                    times.append(time.perf_counter() - t0)
+                ms[kind].append(1e3 * float(np.median(times)))
+        med = {kind: float(np.median(v)) for kind, v in ms.items()}
+        rows.append({"basis": n, "hsgp_ms": med["hsgp"], "vff_ms": med["vff"], "ratio": med["vff"] / med["hsgp"],
+                     "ratio_per_round": [v / h for v, h in zip(ms["vff"], ms["hsgp"])],
+                     "hsgp_compile_s": compiled["hsgp"][2], "vff_compile_s": compiled["vff"][2]})
+        print(f"basis {n}: HSGP {med['hsgp']:.3f} ms, VFF {med['vff']:.3f} ms, ratio {rows[-1]['ratio']:.2f}",
+              flush=True)
+    return rows
+
+
+GRADIENT_COLUMNS = [("basis / axis", "basis", "d"), ("HSGP ms/gradient", "hsgp_ms", ".3f"),
+                    ("VFF ms/gradient", "vff_ms", ".3f"), ("VFF / HSGP", "ratio", ".2f"),
+                    ("ratio range over rounds", lambda r: f"{min(r['ratio_per_round']):.2f}–"
+                     f"{max(r['ratio_per_round']):.2f}", ""),
+                    ("HSGP compile s", "hsgp_compile_s", ".2f"), ("VFF compile s", "vff_compile_s", ".2f")]
 
 
 def _posterior_stats(draws: dict) -> dict:
@@ -269,6 +322,10 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--samples", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gradients", action="store_true",
+                   help="only time the gradients of HSGP and VFF per basis count (results/pines_gradients.json)")
+    p.add_argument("--rounds", type=int, default=5, help="--gradients: interleaved rounds (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=1000, help="--gradients: calls per round (default %(default)s)")
     args = p.parse_args(argv)
     machine = harness.setup(args, devices=4)  # the exact reference's parallel chains (rows run one chain at a time)
     import json
@@ -281,6 +338,14 @@ def main(argv=None):
     samples = args.samples or (100 if args.quick else 500)
     basis = args.basis if args.basis is not None else ([39] if args.quick else [39, 59, 79])
     spec = pines.build(SimpleNamespace(grid=64))
+    if args.gradients:
+        rows = gradient_table(spec, basis, args.ell_min, rounds=args.rounds, repeats=args.repeats)
+        print("\n" + harness.table(rows, GRADIENT_COLUMNS))
+        out = (args.out.parent if args.out else RESULTS.parent) / "pines_gradients.json"
+        out.write_text(json.dumps({"load_average": os.getloadavg(), **machine, "rounds": args.rounds,
+                                   "repeats": args.repeats, "ell_min": args.ell_min, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {out}")
+        return rows
     settings = {"chains": args.chains, "warmup": warmup, "samples": samples, "ell_min": args.ell_min,
                 "hsgp_c": HSGP_C, "seed": args.seed}
     store = harness.Store(args.out, ["name"], settings=settings, resume=args.resume, merge=args.merge)
