@@ -160,9 +160,9 @@ def test_trig_size_rule_band_from_the_spectral_tail_and_m_resolving_every_input(
 
     rng = np.random.default_rng(1)
     tol = 0.01
-    for K, x, ell, tail in ((psg.SquaredExponential, rng.uniform(-1.0, 3.0, 200), 0.2,
+    for K, x, ell, tail in ((psg.SquaredExponential, rng.uniform(-1.0, 3.0, 200), 0.4,
                              lambda a, ell: erfc(a * ell / math.sqrt(2.0))),
-                            (psg.Matern32, rng.normal(2.0, 1.0, 200), 0.5,
+                            (psg.Matern32, rng.normal(2.0, 1.0, 200), 1.0,
                              lambda a, ell: spectral_tail(1.5, a * ell / math.sqrt(3.0)))):
         f = TrigonometricFeatures.from_data(x, ell, kernel=K, tolerance=tol)
         np.testing.assert_allclose(tail(float(f.band), ell), tol / 2, rtol=2e-3)
