@@ -32,7 +32,7 @@ from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
 from .kernels import Additive, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
-from .parameters import Param, debug_checks
+from .parameters import Param, debug_checks, stack_modules
 
 __version__ = "0.1.0"
 
@@ -54,7 +54,7 @@ __all__ = [
     # reference functions
     "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs",
     # templates, structured Gaussian, grids
-    "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks",
+    "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
     "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "stein",
 ]

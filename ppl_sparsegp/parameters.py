@@ -26,7 +26,8 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "check_value", "debug_checks"]
+           "check_value", "debug_checks",
+           "stack_modules"]
 
 
 class Param:
@@ -243,6 +244,29 @@ def _walk(template, prefix, on_leaf, check=False):
         else:
             values[name] = value
     return template.replace(**values)
+
+
+def stack_modules(modules):
+    """One module whose every leaf holds the given modules' values along a new leading axis: K concrete
+    kernels (each built, so each validated, by its constructor) as the per-output kernel of
+    ``spectral_gp(..., batched_kernel=True)``, e.g. ``stack_modules([Matern32(1.0, [0.1, 0.2]), Matern32(2.0,
+    [0.3, 0.4])])`` (variance (2,), lengthscale (2, 2): per output and per dimension, which one
+    constructor call cannot tell apart from per dimension alone).
+
+    :raises ValueError: for an empty list, modules of different types or structures, or leaves of
+        different shapes.
+    """
+    modules = list(modules)
+    if not modules or not all(isinstance(m, Module) for m in modules):
+        raise ValueError("stack_modules needs a non-empty list of modules (kernels, features, ...)")
+    structures = {jax.tree_util.tree_structure(m) for m in modules}
+    if len(structures) != 1:
+        raise ValueError(f"stack_modules needs modules of one type and structure, got "
+                         f"{[type(m).__name__ for m in modules]} with structures {sorted(map(str, structures))}")
+    shapes = [[jnp.shape(leaf) for leaf in jax.tree.leaves(m)] for m in modules]
+    if any(s != shapes[0] for s in shapes):
+        raise ValueError(f"stack_modules needs leaves of the same shapes in every module, got {shapes}")
+    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(v) for v in leaves]), *modules)
 
 
 def instantiate(template, prefix: str = "", *, point: bool = False):

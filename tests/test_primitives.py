@@ -322,3 +322,33 @@ def test_outputs_in_a_plate_with_their_own_hyperparameters_equal_single_output_g
                                               batched_kernel=True), 0)()
     with pytest.raises(ValueError, match="whiten=True"):
         handlers.seed(lambda: psg.spectral_gp("f", feature, template, x, whiten=False, batched_kernel=True), 0)()
+
+
+def test_concrete_per_output_per_dimension_kernels_by_stacking_equal_the_dense_conditional():
+    """``stack_modules`` of K concrete ARD kernels (variance (K,), lengthscale (K, D)) in a plate with
+    batched_kernel=True: each row of f equals the dense K_xz K_zz⁻¹ u_k with that output's kernel and
+    u_k = L_k v_k, and each residual variance k_xx − Q_xx; mixed types or shapes are refused."""
+    rng = np.random.default_rng(0)
+    X, Z = rng.uniform(0, 1, (25, 2)), rng.uniform(0, 1, (8, 2))
+    kernels = [psg.Matern32(1.0, [0.2, 0.5]), psg.Matern32(2.0, [0.4, 0.3]), psg.Matern32(0.5, [0.3, 0.3])]
+    stacked = psg.stack_modules(kernels)
+    assert stacked.variance.shape == (3,) and stacked.lengthscale.shape == (3, 2)
+    feature = psg.InducingPoints(Z)
+
+    def multi():
+        with numpyro.plate("out", 3):
+            return psg.spectral_gp("f", feature, stacked, X, return_variance=True, batched_kernel=True)
+
+    V = handlers.trace(handlers.seed(multi, 0)).get_trace()["f_v"]["value"]
+    F, var = handlers.seed(multi, 0)()
+    for k, v, f, r in zip(kernels, V, F, var):
+        Kzz = np.asarray(psg.Kuu(feature, k).to_dense())
+        Kxz = np.asarray(k(X, Z))
+        np.testing.assert_allclose(f, Kxz @ np.linalg.solve(Kzz, np.linalg.cholesky(Kzz) @ np.asarray(v)),
+                                   rtol=1e-7, atol=1e-9)
+        q = np.einsum("nm,nm->n", Kxz, np.linalg.solve(Kzz, Kxz.T).T)
+        np.testing.assert_allclose(r, np.maximum(np.asarray(k.diag(X)) - q, 0.0), atol=1e-8)
+    with pytest.raises(ValueError, match="one type and structure"):
+        psg.stack_modules([psg.Matern32(1.0, 0.2), psg.Matern52(1.0, 0.2)])
+    with pytest.raises(ValueError, match="same shapes"):
+        psg.stack_modules([psg.Matern32(1.0, 0.2), psg.Matern32(1.0, [0.2, 0.3])])

@@ -114,7 +114,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     give each output its own amplitude by scaling f with a per-output site). With
     ``batched_kernel=True`` each output has its own hyperparameters: every kernel hyperparameter with a
     leading axis of the plate's size K holds one value per output (a scalar is shared; a template's
-    priors sampled inside the plate give exactly that), f is the per-output projection
+    priors sampled inside the plate give exactly that; for concrete values, per output and per
+    dimension, :func:`~ppl_sparsegp.parameters.stack_modules` stacks K kernels), f is the per-output projection
     :math:`K_{fu}^{(k)}K_{uu}^{(k)-1}\mathbf u_k`, and the residual variance comes back (K, N). Whitened only
     (each output's Kuu is then only a factor in its projection). Features whose Kuf does not depend on
     the hyperparameters (VFF inside its box) still compute it once: it is not batched.
