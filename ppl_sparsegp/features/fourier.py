@@ -263,7 +263,7 @@ def _kuu_fourier(feature, kernel):
 
 @jax.jit
 def _kuu_fourier_parts(feature, kernel):
-    """(d, B) of Kuu = diag(d) + B Bᵀ: one compiled program (see ``conditionals._gaussian_conditional``)."""
+    """(d, B) of Kuu = diag(d) + B Bᵀ: one compiled program (see ``conditionals._mean_of``)."""
     dtype = jnp.result_type(kernel.variance, float)
     w = feature.omegas(dtype)
     s = kernel.spectral_density(w[:, None])  # s(ω_m), library convention = [1, eq. 5-10]

@@ -130,6 +130,21 @@ def hermite_width(lengthscale, input_scale):
     return (l2 * jnp.asarray(input_scale) ** 2 + 0.25 * l2**2) ** 0.25
 
 
+def _rule_inputs(cls, x, lengthscale, tolerance, quantile):
+    """The checked 1-D inputs and ℓ_min of a ``from_data`` size rule."""
+    from .fourier import lengthscale_range
+
+    x = np.asarray(x, dtype=float).reshape(-1)
+    if x.size < 2 or not np.all(np.isfinite(x)) or np.ptp(x) == 0:
+        raise ValueError("x must hold at least two distinct finite inputs")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    lo, _ = lengthscale_range(lengthscale, None, quantile)
+    if np.ndim(lo):
+        raise ValueError(f"{cls.__name__} are 1-D: give one lengthscale (or a scalar prior)")
+    return x, float(lo)
+
+
 def hermite_unresolved(lengthscale: float, input_scale: float, num_features: int) -> float:
     r"""The fraction of the SE prior variance, averaged over inputs :math:`\mathcal N(c, \sigma_p^2)`,
     that M Hermite features leave unresolved: :math:`B^M` (:meth:`HermiteFeatures.from_data`)."""
@@ -200,19 +215,10 @@ class HermiteFeatures(InducingFeature):
 
         References: 2. Rasmussen & Williams (2006), Gaussian processes for machine learning, §4.3.1.
         """
-        from .fourier import lengthscale_range
-
-        x = np.asarray(x, dtype=float).reshape(-1)
-        if x.size < 2 or not np.all(np.isfinite(x)) or np.ptp(x) == 0:
-            raise ValueError("x must hold at least two distinct finite inputs")
-        if not 0 < tolerance < 1:
-            raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
-        lo, _ = lengthscale_range(lengthscale, None, quantile)
-        if np.ndim(lo):
-            raise ValueError("HermiteFeatures are 1-D: give one lengthscale (or a scalar prior)")
-        centre, scale, kernel = float(np.mean(x)), float(np.std(x)), SquaredExponential(1.0, float(lo))
+        x, lo = _rule_inputs(cls, x, lengthscale, tolerance, quantile)
+        centre, scale, kernel = float(np.mean(x)), float(np.std(x)), SquaredExponential(1.0, lo)
         points = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]
-        M = max(2, math.ceil(math.log(tolerance) / math.log(hermite_unresolved(float(lo), scale, 1))))
+        M = max(2, math.ceil(math.log(tolerance) / math.log(hermite_unresolved(lo, scale, 1))))
         while True:
             K = np.asarray(Kuf(cls(M, scale, centre), kernel, points))
             worst = np.max(1.0 - np.cumsum(K**2, axis=0), axis=1)  # after 1, 2, ..., M features
@@ -383,26 +389,17 @@ class TrigonometricFeatures(InducingFeature):
         :param max_features: the largest M the rule may return.
         :param options: other constructor arguments (``estimator``, ``num_samples``).
         """
-        from .fourier import lengthscale_range
-
-        x = np.asarray(x, dtype=float).reshape(-1)
-        if x.size < 2 or not np.all(np.isfinite(x)) or np.ptp(x) == 0:
-            raise ValueError("x must hold at least two distinct finite inputs")
-        if not 0 < tolerance < 1:
-            raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
         if not (isinstance(kernel, type) and issubclass(kernel, Stationary)):
             raise ValueError(f"kernel must be a stationary kernel class (e.g. psg.Matern32), got {kernel!r}")
-        lo, _ = lengthscale_range(lengthscale, None, quantile)
-        if np.ndim(lo):
-            raise ValueError("TrigonometricFeatures are 1-D: give one lengthscale (or a scalar prior)")
-        k = kernel(1.0, float(lo))
+        x, lo = _rule_inputs(cls, x, lengthscale, tolerance, quantile)
+        k = kernel(1.0, lo)
 
         def inside(top):  # ω on [0, top] and (1/π)∫_0^ω s (σ² = 1, the library's convention), trapezoid
             w = np.linspace(0.0, top, 20001)
             sw = np.asarray(k.spectral_density(w[:, None]))
             return w, np.concatenate([[0.0], np.cumsum(0.5 * (sw[1:] + sw[:-1]) * np.diff(w))]) / math.pi
 
-        top = 4.0 / float(lo)
+        top = 4.0 / lo
         while 1.0 - inside(top)[1][-1] > 0.25 * tolerance:  # well past the band: the grid brackets it
             top *= 2.0
         w, mass = inside(top)
