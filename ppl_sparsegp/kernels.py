@@ -29,6 +29,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln
 
 from .parameters import Module, check_finite, is_concrete
@@ -303,9 +304,10 @@ class Periodic(Kernel):
 
         (An FFT of k on one period, used before, gave coefficients < 0 once q_j/q_0 fell below rounding:
         from num = 20 at ℓ ≥ 1.)"""
-        if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
             raise ValueError(f"num must be a positive int, got {num!r}")
         z_max = 1.0 / float(self.lengthscale) ** 2 if is_concrete(self.lengthscale) else 100.0
+        num = int(num)
         J = num + 16 + int(math.ceil(z_max))
         z = 1.0 / jnp.asarray(self.lengthscale, dtype=jnp.result_type(self.lengthscale, float)) ** 2
 

@@ -26,8 +26,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "check_value", "debug_checks",
-           "stack_modules"]
+           "check_value", "debug_checks", "stack_modules"]
 
 
 class Param:
@@ -93,8 +92,8 @@ def debug_checks(enabled: bool = True):
     The library validates its inputs and hyperparameters (finite, positive, ...) when they are numbers.
     Inside a trace they are not, so a NaN input or a negative lengthscale reached by an optimiser gives
     NaN silently. With debug checks on, each such check also runs on the traced value when the compiled
-    program runs (``jax.debug.callback``) and raises the same ``ValueError`` (naming the argument), which
-    JAX reports as an ``XlaRuntimeError`` carrying the message. It costs a host callback per check per
+    program runs (``jax.debug.callback``) and raises the same ``ValueError`` (naming the argument); under
+    ``jit`` JAX reports it as its runtime error (``JaxRuntimeError``) carrying the message. It costs a host callback per check per
     call: use it to find where a NaN comes from, not for production runs.
 
     Use as a function, ``debug_checks()`` / ``debug_checks(False)``, or as a context manager,
@@ -127,7 +126,7 @@ def check_value(value, bad, message):
 def check_finite(value, name: str):
     """Raise ``ValueError`` naming ``name`` if an array holds NaN or inf (a traced one: in debug mode)."""
     return check_value(value, lambda a: a.dtype.kind in "fc" and not np.all(np.isfinite(a)),
-                  lambda a: f"{name} contains NaN or inf")
+                       lambda a: f"{name} contains NaN or inf")
 
 
 def check_positive(value, name: str):
