@@ -140,7 +140,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
 
 
 def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=None, predictive=True,
-              log_likelihood=True, rng_key=None) -> az.InferenceData:
+              log_likelihood=True, rng_key=None, max_pointwise: int | None = None) -> az.InferenceData:
     """InferenceData from a finished :class:`numpyro.infer.MCMC` run of ``gp.model``.
 
     ``sample_stats`` holds whatever extra fields the run collected (pass e.g.
@@ -158,6 +158,12 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     :param predictive: add ``posterior_predictive``; ``log_likelihood``: add ``log_likelihood``
         (both are (chain, draw, N) arrays: switch off for very large N).
     :param rng_key: key for the posterior predictive draws.
+    :param max_pointwise: the most values (chains × draws × N) per variable of the pointwise groups
+        (default :data:`MAX_POINTWISE` = 2·10⁷, 160 MB in float64; ``None`` as well: the default). Below
+        it every draw is evaluated at once; above it, as :func:`from_svi` does, D evenly spaced draws per
+        chain (the same in every chain), in vectorised blocks, labelled by the posterior draw they are of
+        (``idata.log_likelihood.sel(draw=d)``), in bounded memory: e.g. 4 chains × 2 000 draws at
+        N = 200 000 would be 1.6·10⁹ values (13 GB) per variable.
 
     A user's own NumPyro model function may be passed as ``gp`` (with ``spectral_gp`` inside): then
     ``az.from_numpyro`` builds the groups (posterior, sample_stats, log_likelihood of the observed sites, so
@@ -181,9 +187,24 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
         stats["tree_depth"] = np.floor(np.log2(np.maximum(stats["n_steps"], 1))).astype(np.int64) + 1
     attrs = {"inference": "mcmc", "sampler": type(mcmc.sampler).__name__,
              "num_warmup": int(mcmc.num_warmup)}
+    cap = MAX_POINTWISE if max_pointwise is None else _check_max_pointwise(max_pointwise)
+    C, S = next(iter(samples.values())).shape[:2]
+    N = (X.points() if isinstance(X, Grid) else jnp.asarray(X)).shape[0]
+    pointwise = None
+    if (log_likelihood or predictive) and C * S * N > cap:  # thinned, in blocks (see from_svi)
+        which = _pointwise_draws(S, N, max(1, cap // C))
+        flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}
+        computed = _pointwise_groups(
+            gp, X if isinstance(X, Grid) else jnp.asarray(X), jnp.asarray(y), flat,
+            (np.arange(C)[:, None] * S + which[None, :]).reshape(-1), _data_kwargs(model_kwargs),
+            jax.random.PRNGKey(0) if rng_key is None else rng_key,
+            log_likelihood=log_likelihood and gp.pointwise_likelihood, predictive=predictive)
+        computed = {group: {k: v.reshape((C, len(which)) + v.shape[2:]) for k, v in values.items()}
+                    for group, values in computed.items()}
+        pointwise, attrs["pointwise_draws"] = (which, computed), int(len(which))
     return from_samples(gp, X, y, samples, sample_stats=stats, model_kwargs=model_kwargs,
                         coords=coords, dims=dims, predictive=predictive, log_likelihood=log_likelihood,
-                        rng_key=rng_key, attrs=attrs)
+                        rng_key=rng_key, attrs=attrs, _pointwise=pointwise)
 
 
 def _from_user_model(mcmc, coords, dims, log_likelihood):
@@ -234,9 +255,8 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_k
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be positive, got {num_samples}")
-    if max_pointwise is not None and (isinstance(max_pointwise, bool) or not isinstance(max_pointwise, int)
-                                      or max_pointwise < 1):
-        raise ValueError(f"max_pointwise must be a positive int or None, got {max_pointwise!r}")
+    if max_pointwise is not None:
+        _check_max_pointwise(max_pointwise)
     params = getattr(svi_result_or_params, "params", svi_result_or_params)
     if not isinstance(params, dict):
         raise TypeError(f"svi_result_or_params must be an SVIRunResult or a params dict, "
@@ -267,6 +287,12 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_k
     return idata
 
 
+def _check_max_pointwise(max_pointwise):
+    if isinstance(max_pointwise, bool) or not isinstance(max_pointwise, int) or max_pointwise < 1:
+        raise ValueError(f"max_pointwise must be a positive int or None, got {max_pointwise!r}")
+    return max_pointwise
+
+
 def _pointwise_draws(S: int, N: int, max_pointwise: int | None) -> np.ndarray:
     """Indices of the (at most ``max_pointwise // N``, at least 1) evenly spaced draws of S."""
     D = S if max_pointwise is None else max(1, min(S, max_pointwise // max(N, 1)))
@@ -295,7 +321,11 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
     constant = {k: v[0] for k, v in host.items() if S == 1 or bool(np.all(v == v[:1]))}
     varying = {k: v[which] for k, v in host.items() if k not in constant}
     default_predictive = getattr(type(gp), "posterior_predictive", None) is GPModel.posterior_predictive
-    block = max(1, min(len(which), _BLOCK_VALUES // max(N, 1)))
+    # a draw whose hyperparameters vary (MCMC) builds its own Kuf and projection, N × M' values: the block
+    # holds fewer draws then (with constant hyperparameters, SVI's point estimates, a draw costs O(N))
+    site = getattr(gp, "site", None)
+    per_draw = N * (np.shape(host[site])[-1] if set(varying) - {site} and site in host else 1)
+    block = max(1, min(len(which), _BLOCK_VALUES // max(per_draw, 1)))
 
     def one(constant, part, key, X, y):
         values = {**constant, **part}

@@ -132,6 +132,32 @@ def test_mcmc_posterior_predictive_distribution(mcmc_fit):
         assert abs(z.mean()) < 0.08 and abs(z.var() - 1) < 0.11
 
 
+def test_mcmc_pointwise_groups_above_the_cap_are_thinned_per_chain_with_the_draws_values(mcmc_fit):
+    """Above ``max_pointwise`` (chains × draws × N values) from_mcmc evaluates D evenly spaced draws per
+    chain, labelled by their posterior draw: the log likelihood equals the full group's at those draws
+    (deterministic given the draw), and the predictive f is the draw's p(f | u) (z-scores)."""
+    gp, mcmc, idata, X, y = mcmc_fit
+    N = X.shape[0]
+    capped = diagnostics.from_mcmc(mcmc, gp, X, y, rng_key=jax.random.PRNGKey(1), max_pointwise=CHAINS * 9 * N + 5)
+    kept = np.round(np.linspace(0, DRAWS - 1, 9)).astype(int)
+    assert capped.posterior.sizes["draw"] == DRAWS and capped.posterior.attrs["pointwise_draws"] == 9
+    for group in ("log_likelihood", "posterior_predictive"):
+        np.testing.assert_array_equal(getattr(capped, group).draw.values, kept)
+        assert getattr(capped, group).sizes["chain"] == CHAINS
+    np.testing.assert_allclose(capped.log_likelihood["y"].values, idata.log_likelihood["y"].values[:, kept],
+                               rtol=1e-10, atol=1e-12)
+    z = []
+    for c in range(CHAINS):
+        for i, d in enumerate(kept):
+            s = draw(idata.posterior, c, d)
+            mean, var = dense_conditional(X, s["kernel_variance"], s["kernel_lengthscale"], s["f_v"])
+            z.append((capped.posterior_predictive["f"].values[c, i] - mean) / np.sqrt(var + 1e-12))
+    z = np.concatenate(z)
+    assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.var() - 1) < 5 * np.sqrt(2 / z.size)
+    with pytest.raises(ValueError, match="max_pointwise must be a positive int"):
+        diagnostics.from_mcmc(mcmc, gp, X, y, max_pointwise=0)
+
+
 def test_summary_has_rhat_and_matches_posterior(mcmc_fit):
     gp, mcmc, idata, X, y = mcmc_fit
     names = ["kernel_variance", "kernel_lengthscale", "likelihood_variance"]
