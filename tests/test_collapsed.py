@@ -276,6 +276,7 @@ FLOAT32_HARD = {
 }
 
 
+@pytest.mark.filterwarnings("ignore::ppl_sparsegp.features.base.Float32Warning")  # M = 200: past the limit on purpose
 @pytest.mark.parametrize("name", list(FLOAT32_HARD))
 def test_float32_hard_cases_are_finite_and_below_exact(name):
     feature, kernel, X, y = FLOAT32_HARD[name]()

@@ -26,3 +26,28 @@ def test_bad_inducing_inputs_are_refused():
         psg.InducingPoints(np.zeros((3, 1)), jitter=-1.0)
     with pytest.raises(ValueError, match="input dimensions"):
         psg.Kuf(psg.InducingPoints(np.zeros((3, 2))), psg.SquaredExponential(1.0, np.ones(2)), np.zeros((4, 3)))
+
+
+def test_float32_past_the_measured_limit_warns_naming_it():
+    """float32 inducing points beyond M = 100 (where the float32 table measured the SVGP ELBO drifting) and
+    Kronecker inducing points in float32 (bound above the exact LML) warn with Float32Warning naming the
+    limit and the fix; at the limit, and in float64, nothing is said."""
+    import warnings
+
+    from ppl_sparsegp.features.base import Float32Warning
+
+    import jax
+
+    def f32(module):  # every leaf in float32 (constructors store float64 when x64 is on: README)
+        return jax.tree.map(lambda a: np.asarray(a, np.float32), module)
+
+    k32 = f32(psg.Matern32(1.0, 0.3))
+    points = lambda m: psg.InducingPoints(np.linspace(0, 1, m)[:, None])  # noqa: E731
+    with pytest.warns(Float32Warning, match=r"M = 101 > 100.*use float64"):
+        psg.Kuu(f32(points(101)), k32)
+    with pytest.warns(Float32Warning, match="KroneckerFeatures of InducingPoints in float32"):
+        psg.Kuu(f32(psg.KroneckerFeatures([points(5)] * 2)), psg.Product([k32, k32]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Float32Warning)
+        psg.Kuu(f32(points(100)), k32)
+        psg.Kuu(points(300), psg.Matern32(1.0, 0.3))

@@ -3,14 +3,32 @@ dispatchers of :mod:`ppl_sparsegp.covariances` (``Kuu``, ``Kuf``, and where its 
 ``conditional`` and ``sufficient_statistics``), in its own file under ``features/``."""
 from __future__ import annotations
 
+import warnings
+
+import jax.numpy as jnp
+
 from ..parameters import Module
 
-__all__ = ["InducingFeature", "OutsideDomainWarning"]
+__all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning"]
 
 
 class OutsideDomainWarning(UserWarning):
     """Predictions asked for where the features resolve nothing (e.g. outside VFF's box): there the
     projected process reverts to the prior, which the exact GP does not."""
+
+
+class Float32Warning(UserWarning):
+    """A float32 computation past the limit where it was measured to hold against float64 (the README's
+    float32 table, ``inference/benchmarks/float32.py``): the result is finite but off."""
+
+
+def warn_float32(dtype, limited: bool, message: str):
+    """Warn (:class:`Float32Warning`) when ``dtype`` is float32 and the family is past its measured limit
+    (``limited``); ``message`` names the limit, what was measured beyond it and the fix. At trace time
+    under jit the warning is raised once per compilation."""
+    if limited and jnp.dtype(dtype) == jnp.float32:
+        warnings.warn(message + "; use float64 (jax_enable_x64 with float64 inputs and hyperparameters)",
+                      Float32Warning, stacklevel=4)
 
 
 class InducingFeature(Module):

@@ -8,7 +8,7 @@ from ..parameters import Param, is_concrete
 from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
 from ..covariances import Kuf, Kuu
-from .base import InducingFeature
+from .base import InducingFeature, warn_float32
 
 __all__ = ["InducingPoints"]
 
@@ -51,6 +51,10 @@ class InducingPoints(InducingFeature):
 @Kuu.register(InducingPoints, Kernel)
 def _kuu_inducing_points(feature, kernel):
     K = kernel(feature.Z)
+    M = K.shape[0]
+    warn_float32(K.dtype, M > 100, f"InducingPoints in float32 with M = {M} > 100: measured against float64, "
+                 "the SVGP ELBO drifts silently past M = 100 (1.2e-2 relative at M = 300, ℓ = 1) and the Cholesky "
+                 "of Kuu fails from M = 300 (ℓ = 0.05) to 1000")
     eps = feature.relative_jitter(K.dtype) * jnp.mean(kernel.diag(feature.Z))
     return Dense(K, jitter=eps)
 
