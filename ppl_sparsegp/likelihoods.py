@@ -50,7 +50,7 @@ import numpyro.distributions as dist
 from jax.scipy.special import gammaln, log_ndtr, logsumexp, ndtr
 from numpyro.distributions import Distribution
 
-from .parameters import Module, Param, is_concrete
+from .parameters import Module, Param, check_value, is_concrete
 
 __all__ = [
     "MulticlassLikelihood",
@@ -221,7 +221,8 @@ class Likelihood(Module):
 
     # -- data --------------------------------------------------------------------------------------
     def validate(self, y, name: str = "y"):
-        """Check observations; raise ``ValueError`` naming ``name``. Skipped for traced ``y``.
+        """Check observations; raise ``ValueError`` naming ``name``. For traced ``y`` the same checks
+        run when the program runs, in debug mode (:func:`~ppl_sparsegp.parameters.debug_checks`).
 
         :returns: ``jnp.asarray(y)``.
         """
@@ -233,6 +234,18 @@ class Likelihood(Module):
             if not np.all(np.isfinite(arr)):
                 raise ValueError(f"{name} contains NaN or inf")
             self._validate_values(arr, name)
+        else:
+            def problem(arr):
+                try:
+                    arr = np.asarray(arr, dtype=float)
+                    if not np.all(np.isfinite(arr)):
+                        return f"{name} contains NaN or inf"
+                    self._validate_values(arr, name)
+                except ValueError as e:
+                    return str(e)
+                return None
+
+            check_value(y, lambda a: problem(a) is not None, problem)
         return jnp.asarray(y)
 
     def _validate_values(self, arr, name):
