@@ -387,3 +387,21 @@ def test_periodic_kernel_on_one_period_is_the_truncated_fourier_series():
         psg.Kuu(FourierFeatures(0.0, 3.0, 8), k)
     with pytest.raises(ValueError, match="fixed period"):
         jax.jit(lambda p: psg.Kuu(f, psg.Periodic(1.0, 1.0, p)).diagonal())(2.0)  # a traced (sampled) period
+
+
+def test_float32_kuu_overflow_is_refused_naming_the_largest_m():
+    """float32 holds for VFF until Kuu's diagonal (b − a)/(2 s(ω_m)) overflows: s(ω_m) falls below float32's
+    smallest normal number (README float32 table: from M ≈ 2.6e5 at ν = 5/2, ℓ = 10); there the error names
+    the largest M (within one of the float64 prediction); below it Kuu is finite."""
+    import re
+
+    k32 = jax.tree.map(lambda a: np.asarray(a, np.float32), psg.Matern52(1.0, 10.0))
+    lam = np.sqrt(5.0) / 10.0
+    w = 2 * np.pi * np.arange(300_000) / 2.0  # box of width 2
+    s = 16.0 / 3.0 * lam**5 / (lam**2 + w**2) ** 3  # the 1-D Matérn-5/2 spectral density, σ² = 1
+    first = int(np.argmax(s < np.finfo(np.float32).tiny))
+    with pytest.raises(ValueError, match="frequencies in float32 here; use float64 or fewer frequencies") as e:
+        psg.Kuu(psg.FourierFeatures(-0.5, 1.5, 300_000), k32)
+    M = int(re.search(r"at most M = (\d+)", str(e.value)).group(1))
+    assert abs(M - first) <= 1 and first > 200_000
+    assert np.all(np.isfinite(psg.Kuu(psg.FourierFeatures(-0.5, 1.5, M), k32).d))

@@ -258,7 +258,14 @@ def _check_kernel(kernel):
 @Kuu.register(FourierFeatures, Matern52)
 def _kuu_fourier(feature, kernel):
     _check_kernel(kernel)
-    return DiagPlusLowRank(*_kuu_fourier_parts(feature, kernel))  # validates concrete (d, B)
+    d, B = _kuu_fourier_parts(feature, kernel)
+    if is_concrete(d) and not np.all(np.isfinite(np.asarray(d))):  # d_m = (b − a)/(2 s(ω_m)) overflowed
+        M = int(np.argmax(~np.isfinite(np.asarray(d)[:feature.num_frequencies])))
+        raise ValueError(
+            f"FourierFeatures: Kuu's diagonal (b − a)/(2 s(ω_m)) overflows {jnp.dtype(d.dtype).name} from frequency "
+            f"{M} on (ω = {float(feature.omegas()[M]):.4g}) for this kernel: at most M = {M} frequencies in "
+            f"{jnp.dtype(d.dtype).name} here; use float64 or fewer frequencies")
+    return DiagPlusLowRank(d, B)  # validates concrete (d, B)
 
 
 @jax.jit
