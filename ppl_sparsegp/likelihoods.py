@@ -407,6 +407,10 @@ class Poisson(Likelihood):
         if not np.all((arr >= 0) & (arr == np.floor(arr))):
             bad = np.unique(arr[(arr < 0) | (arr != np.floor(arr))])[:5]
             raise ValueError(f"{name}: counts must be non-negative integers, got values {bad.tolist()}")
+        e = self.exposure
+        if not isinstance(e, (Distribution, Param)) and np.ndim(e) >= 1 and np.shape(e) != arr.shape:
+            raise ValueError(f"Poisson exposure has shape {np.shape(e)} but {name} has {arr.shape}: give one "
+                             f"exposure per observation or a scalar")
 
     def subsample(self, idx):
         e = self.exposure

@@ -26,7 +26,8 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "check_value", "debug_checks", "stack_modules"]
+           "check_value", "debug_checks", "stack_modules",
+           "check_concrete_module"]
 
 
 class Param:
@@ -243,6 +244,20 @@ def _walk(template, prefix, on_leaf, check=False):
         else:
             values[name] = value
     return template.replace(**values)
+
+
+def check_concrete_module(module, name: str, where: str):
+    """Refuse a template (a module with NumPyro priors or Params in its fields) where a concrete one is
+    needed, naming the fields and the fix."""
+    free = [f for f in getattr(module, "_params", ()) if isinstance(getattr(module, f, None), (Distribution, Param))]
+    nested = [leaf for leaf in jax.tree.leaves(module, is_leaf=lambda v: isinstance(v, (Distribution, Param)))
+              if isinstance(leaf, (Distribution, Param))]
+    if free or nested:
+        fields = ", ".join(free) or "a nested field"
+        raise ValueError(f"{where} takes a concrete {name}, but this {type(module).__name__} has priors or Params "
+                         f"({fields}): give numbers (e.g. {type(module).__name__}(1.0, 0.3)), or use an "
+                         f"approximation (CollapsedGP, SparseGP) or spectral_gp inside a model, which sample them")
+    return module
 
 
 def stack_modules(modules):

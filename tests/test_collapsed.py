@@ -433,3 +433,34 @@ def test_collapsed_gp_under_nuts_and_svi_recovers_noise():
     assert 0.05 < float(jnp.median(s["likelihood_variance"])) < 0.15
     pred = gp.with_data(X, y).predict(X, samples=s)
     assert float(jnp.mean((pred["f_mean"] - jnp.sin(6 * X[:, 0])) ** 2)) < 0.02
+
+
+def test_common_mistakes_get_a_clear_error_naming_the_argument_and_the_fix():
+    """The 'common mistakes' of the reliability probe (issue 17, item 5): each raises ValueError with
+    the argument and the fix, not a JAX internal error or a silent result."""
+    from numpyro import handlers
+
+    X, y = np.linspace(0, 1, 20)[:, None], np.sin(np.linspace(0, 6, 20))
+    f, template = psg.FourierFeatures(-0.5, 1.5, 8), psg.Matern32(lengthscale=dist.LogNormal(0.0, 1.0))
+    gp = psg.SparseGP(f, psg.Matern32(), psg.Gaussian(0.1))
+    cases = [
+        (lambda: psg.collapsed_elbo(f, template, X, y, 0.1), "collapsed_elbo takes a concrete kernel.*lengthscale"),
+        (lambda: psg.exact_log_marginal_likelihood(template, X, y, 0.1), "takes a concrete kernel"),
+        (lambda: psg.spectral_gp("f", f, template, X), "inside a NumPyro model"),
+        (lambda: psg.collapsed_elbo(f, psg.Matern32(), X, y + 1j, 0.1), "y is complex"),
+        (lambda: handlers.seed(gp.model, 0)(X, y + 1j), "y is complex"),
+        (lambda: psg.collapsed_elbo(f, psg.Matern32(), X[:0], y[:0], 0.1), "X has no rows"),
+        (lambda: handlers.seed(gp.model, 0)(X[:0], y[:0]), "X has no rows"),
+        (lambda: psg.InducingPoints(np.ones((0, 1))), "Z has no rows"),
+        (lambda: psg.collapsed_elbo(psg.InducingPoints(np.ones((3, 2))), psg.Matern32(), X, y, 0.1),
+         r"X has 1 input dimensions but the inducing inputs Z have 2: give Z of shape \(M, 1\)"),
+        (lambda: psg.FourierFeatures(0, 1, None), "num_frequencies must be a positive integer, got None"),
+        (lambda: psg.FourierFeatures(0, 1, True), "num_frequencies must be a positive integer, got True"),
+        (lambda: psg.Kuf(psg.HermiteFeatures(5), psg.SquaredExponential(1.0, np.array([0.3, 0.4])), X),
+         "lengthscale must be a scalar.*AdditiveOrthogonal"),
+        (lambda: handlers.seed(psg.SparseGP(f, psg.Matern32(), psg.Poisson(exposure=np.ones(7))).model, 0)(
+            X, np.ones(20)), r"exposure has shape \(7,\) but y has \(20,\)"),
+    ]
+    for fn, match in cases:
+        with pytest.raises(ValueError, match=match):
+            fn()

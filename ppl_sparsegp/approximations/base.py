@@ -154,11 +154,15 @@ class GPModel:
         X = check_inputs(X, "X")
         X = self.feature.check_inputs(X) if not isinstance(self.feature, type) else X
         if y is not None:
+            if jnp.iscomplexobj(y):
+                raise ValueError("y is complex: give real targets (e.g. y.real)")
             y = jnp.asarray(y)
             if y.ndim != 1:
                 raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
             if y.shape[0] != X.shape[0]:
                 raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+            if X.shape[0] == 0:
+                raise ValueError("X has no rows: give at least one observation")
             y = likelihood.validate(y, "y")
         return X, y
 

@@ -38,6 +38,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution
@@ -46,7 +47,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..linalg import BlockDiag, Dense
-from ..parameters import Param, check_finite, check_positive
+from ..parameters import Param, check_concrete_module, check_finite, check_positive
 from .base import GPModel, _require, _site_names
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
@@ -110,6 +111,10 @@ def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
 
 def _check_regression(X, y, noise_variance):
     X = check_inputs(X, "X")
+    if X.shape[0] == 0:
+        raise ValueError("X has no rows: give at least one observation")
+    if np.iscomplexobj(y):
+        raise ValueError("y is complex: give real targets (e.g. y.real, or fit real and imaginary parts apart)")
     y = jnp.asarray(y)
     if y.ndim != 1:
         raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
@@ -122,6 +127,8 @@ def _check_regression(X, y, noise_variance):
 
 def collapsed_elbo(feature, kernel, X, y, noise_variance):
     """The collapsed bound for any feature family (O(NM²)); see the module docstring."""
+    check_concrete_module(kernel, "kernel", "collapsed_elbo")
+    check_concrete_module(feature, "feature", "collapsed_elbo")
     X, y = _check_regression(X, y, noise_variance)
     X = feature.check_inputs(X)
     Kmm = Kuu(feature, kernel)
@@ -131,6 +138,7 @@ def collapsed_elbo(feature, kernel, X, y, noise_variance):
 
 def exact_log_marginal_likelihood(kernel, X, y, noise_variance):
     r""":math:`\log\mathcal N(\mathbf y\mid 0, K_{ff} + \sigma^2 I)` by dense Cholesky (O(N³))."""
+    check_concrete_module(kernel, "kernel", "exact_log_marginal_likelihood")
     X, y = _check_regression(X, y, noise_variance)
     K = Dense(kernel(X) + noise_variance * jnp.eye(X.shape[0], dtype=X.dtype))
     return -0.5 * (jnp.dot(y, K.solve(y)) + K.logdet() + X.shape[0] * math.log(2 * math.pi))

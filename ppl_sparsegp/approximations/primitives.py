@@ -120,6 +120,9 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     (each output's Kuu is then only a factor in its projection). Features whose Kuf does not depend on
     the hyperparameters (VFF inside its box) still compute it once: it is not batched.
     """
+    if not numpyro.primitives._PYRO_STACK:  # NumPyro's handler stack: empty outside a model's run
+        raise ValueError("spectral_gp adds sample sites: call it inside a NumPyro model run by an inference "
+                         "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
     kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
     X = feature.check_inputs(_as_inputs(X, "X"))
     if batched_kernel:

@@ -122,7 +122,8 @@ class FourierFeatures(InducingFeature):
     def __init__(self, a, b, num_frequencies):
         if not (np.isfinite(a) and np.isfinite(b) and float(a) < float(b)):
             raise ValueError(f"the interval must satisfy a < b (finite), got a={a!r}, b={b!r}")
-        if int(num_frequencies) != num_frequencies or num_frequencies < 1:
+        if (isinstance(num_frequencies, bool) or not isinstance(num_frequencies, (int, np.integer, float))
+                or int(num_frequencies) != num_frequencies or num_frequencies < 1):
             raise ValueError(f"num_frequencies must be a positive integer, got {num_frequencies!r}")
         self._set(a=float(a), b=float(b), num_frequencies=int(num_frequencies))
 

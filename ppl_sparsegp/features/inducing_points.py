@@ -35,7 +35,17 @@ class InducingPoints(InducingFeature):
             Z = check_inputs(jnp.asarray(Z, dtype=jnp.result_type(float)), "Z")
         if jitter is not None and not (np.isfinite(jitter) and jitter >= 0):
             raise ValueError(f"jitter must be a non-negative number, got {jitter!r}")
+        if np.shape(Z.init if isinstance(Z, Param) else Z)[0] == 0:
+            raise ValueError("Z has no rows: give at least one inducing input, shape (M, D) with M >= 1")
         self._set(Z=Z, jitter=jitter)
+
+    def check_inputs(self, X, name="X"):
+        X = check_inputs(X, name)
+        D = np.shape(self.Z.init if isinstance(self.Z, Param) else self.Z)[1]
+        if X.shape[1] != D:
+            raise ValueError(f"{name} has {X.shape[1]} input dimensions but the inducing inputs Z have {D}: "
+                             f"give Z of shape (M, {X.shape[1]})")
+        return X
 
     @property
     def num_features(self):

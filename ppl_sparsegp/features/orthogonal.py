@@ -237,6 +237,12 @@ class HermiteFeatures(InducingFeature):
     def num_features(self):
         return self.M
 
+    def check_kernel(self, kernel):
+        ls = getattr(kernel, "lengthscale", None)
+        if ls is not None and not isinstance(ls, (Distribution, Param)) and np.size(ls) != 1:
+            raise ValueError(f"HermiteFeatures are 1-D: the kernel's lengthscale must be a scalar, got shape "
+                             f"{np.shape(ls)}; for D > 1 use AdditiveOrthogonal with one 1-D kernel per input")
+
     def width(self, kernel):
         """The Hermite width r for this kernel's lengthscale."""
         return hermite_width(_lengthscale(kernel), self.input_scale)
@@ -260,6 +266,7 @@ def _kuu_hermite(feature, kernel):
 
 @Kuf.register(HermiteFeatures, SquaredExponential)
 def _kuf_hermite(feature, kernel, X):
+    feature.check_kernel(kernel)
     x = feature.check_inputs(X)[:, 0] - feature.centre
     v, ell, sp = kernel.variance, _lengthscale(kernel), jnp.asarray(feature.input_scale)
     l2 = ell**2
