@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -70,10 +71,26 @@ def _whiten(Kmm, X):
     return Kmm.whiten(X)
 
 
+def _check_memory(m, dtype):
+    """Refuse an M' × M' factorisation that cannot fit in this machine's memory (the bound forms B and its
+    Cholesky factor, about three such matrices): a clear error instead of the process being killed."""
+    need = 3 * m * m * jnp.dtype(dtype).itemsize
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not available on this platform: no check
+        return
+    if need > have:
+        raise ValueError(f"the collapsed bound with M' = {m} features needs {m}² matrices, about {need / 1e9:.1f} GB, "
+                         f"but this machine has {have / 1e9:.1f} GB: use fewer features (e.g. "
+                         f"FourierFeatures.from_data's rule) or an approximation without the M' × M' factor "
+                         f"(SparseGP with a diagonal q)")
+
+
 def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
     """(L_B, ‖G‖²_F, W y) with G = Rᵀ Kuu⁻¹ F for a root F of A (module docstring), L_B the Cholesky
     factor of B = I + GGᵀ/σ² and W y = Rᵀ Kuu⁻¹ c. Nothing squares Kuu's condition number."""
     G = _whiten(Kmm, stats.with_root().root)  # (M', r)
+    _check_memory(G.shape[0], G.dtype)
     eye = jnp.eye(G.shape[0], dtype=G.dtype)
     if G.dtype == jnp.float32:
         # forming GGᵀ in float32 loses enough that the bound can exceed the exact value (measured:
