@@ -237,3 +237,28 @@ def test_importance_features_mix_under_nuts_where_rescaled_frequencies_do_not():
         psg.SquaredExponential(), jax.random.PRNGKey(0), 40, 1, method="qmc")))
     assert abs(float(imp["mean"]) - float(ref["mean"])) < 0.3 * float(ref["std"])
     assert float(imp["r_hat"]) <= 1.02 and float(imp["n_eff"]) >= 2 * float(rff["n_eff"])
+
+
+def test_spectral_gp_warns_for_random_features_with_a_sampled_lengthscale():
+    """Random Fourier features with a traced (sampled) lengthscale: the frequencies move with ℓ and NUTS
+    does not mix, so spectral_gp warns and names ImportanceFourierFeatures; a fixed ℓ, or the importance
+    features, say nothing."""
+    import warnings
+
+    from numpyro import handlers
+
+    from ppl_sparsegp.features import ImportanceFourierFeatures
+
+    x = np.linspace(0.0, 1.0, 10)
+    rff = RandomFourierFeatures(np.linspace(-20.0, 20.0, 8)[:, None])
+    imp = ImportanceFourierFeatures.from_proposal(psg.SquaredExponential(1.0, 0.1), jax.random.PRNGKey(0), 8, 1)
+
+    def run(feature, ell):
+        return handlers.seed(lambda: psg.spectral_gp("f", feature, psg.SquaredExponential(1.0, ell), x), 0)()
+
+    with pytest.warns(UserWarning, match="NUTS mixes poorly.*ImportanceFourierFeatures"):
+        jax.jit(lambda ell: run(rff, ell))(0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(rff, 0.3)
+        jax.jit(lambda ell: run(imp, ell))(0.3)
