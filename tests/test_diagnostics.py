@@ -298,6 +298,11 @@ def test_adequacy_residual_fraction_against_a_dense_computation_and_its_advice()
     # absolute tolerance: at ℓ = 1 Kuu's condition number is ~1e7, so 1 − tr(Q)/tr(K) ≈ 1e-3 carries ~1e-10
     np.testing.assert_allclose(out["residual_fraction"], ref, rtol=1e-8, atol=1e-9)
     assert not out["ok"] and "add inducing points" in out["message"]
+    # point estimates (SVI, MAP: the hyperparameters equal in every draw, f_v varying) give every draw
+    # the dense value of that lengthscale (evaluated once)
+    point = diagnostics.adequacy(gp, {"kernel_lengthscale": np.full(5, ells[2]),
+                                      "f_v": np.random.default_rng(0).normal(size=(5, 6))}, x)
+    np.testing.assert_allclose(point["residual_fraction"], np.full(5, ref[2]), rtol=1e-8, atol=1e-9)
 
     template = psg.Matern32(dist.LogNormal(0.0, 1.0), dist.LogNormal(-1.0, 1.0))
     draws = {"f_kernel_lengthscale": np.array([0.05, 0.2]), "f_kernel_variance": np.array([1.0, 2.0])}
