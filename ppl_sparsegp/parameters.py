@@ -27,7 +27,7 @@ from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
            "check_value", "debug_checks", "stack_modules",
-           "check_concrete_module"]
+           "check_concrete_module", "free_leaves"]
 
 
 class Param:
@@ -246,14 +246,21 @@ def _walk(template, prefix, on_leaf, check=False):
     return template.replace(**values)
 
 
+def _free(value) -> bool:
+    return isinstance(value, (Distribution, Param))
+
+
+def free_leaves(module) -> list:
+    """The NumPyro priors and Params anywhere in a module (a template's free parameters; [] when concrete)."""
+    return [leaf for leaf in jax.tree.leaves(module, is_leaf=_free) if _free(leaf)]
+
+
 def check_concrete_module(module, name: str, where: str):
     """Refuse a template (a module with NumPyro priors or Params in its fields) where a concrete one is
     needed, naming the fields and the fix."""
-    free = [f for f in getattr(module, "_params", ()) if isinstance(getattr(module, f, None), (Distribution, Param))]
-    nested = [leaf for leaf in jax.tree.leaves(module, is_leaf=lambda v: isinstance(v, (Distribution, Param)))
-              if isinstance(leaf, (Distribution, Param))]
-    if free or nested:
-        fields = ", ".join(free) or "a nested field"
+    if free_leaves(module):
+        fields = ", ".join(f for f in getattr(module, "_params", ()) if _free(getattr(module, f, None)))
+        fields = fields or "a nested field"
         raise ValueError(f"{where} takes a concrete {name}, but this {type(module).__name__} has priors or Params "
                          f"({fields}): give numbers (e.g. {type(module).__name__}(1.0, 0.3)), or use an "
                          f"approximation (CollapsedGP, SparseGP) or spectral_gp inside a model, which sample them")

@@ -83,13 +83,6 @@ def _require_samples(gp, method: str, samples: dict, *latent):
              "pass mcmc.get_samples() from MCMC on this model")
 
 
-def _warn_outside(feature, X_new):
-    """The feature's warning for prediction inputs where it resolves nothing (a feature template's
-    domain is static, so its warning runs too)."""
-    warn = getattr(feature, "warn_outside", None)
-    return X_new if warn is None else warn(X_new)
-
-
 class GPModel:
     """Shared machinery: templates → sites, validation, point guides, components from posterior values.
 
@@ -218,7 +211,7 @@ class GPModel:
         over the draws for ``samples`` (law of total variance; ``*_draws`` keep the per-draw marginals)."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
-        X_new = _warn_outside(self.feature, check_inputs(X_new, "X_new"))
+        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"))
         X, y = data()
 
         def one(values):

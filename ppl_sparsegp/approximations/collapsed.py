@@ -48,7 +48,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..linalg import BlockDiag, Dense
-from ..parameters import Param, check_concrete_module, check_finite, check_positive
+from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
 from .base import GPModel, _require, _site_names
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
@@ -225,9 +225,7 @@ class CollapsedGP(GPModel):
     def _check_statistics(self, statistics):
         if not isinstance(statistics, SufficientStatistics):
             raise TypeError(f"statistics must be SufficientStatistics, got {type(statistics).__name__}")
-        free = [leaf for leaf in jax.tree.leaves(self.feature, is_leaf=lambda v: isinstance(v, (Distribution, Param)))
-                if isinstance(leaf, (Distribution, Param))]
-        if free:
+        if free_leaves(self.feature):
             raise ValueError("precomputed statistics need a feature without free parameters (Kuf must not "
                              "depend on anything optimised or sampled)")
         M = self.feature.num_features

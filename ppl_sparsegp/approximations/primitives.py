@@ -41,14 +41,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpyro
-from numpyro.distributions import Distribution
 
 from ..conditionals import conditional, projected_mean
 from ..covariances import Kuu
 from ..gaussian import StructuredNormal
 from ..kernels import check_inputs
 from ..linalg import Identity
-from ..parameters import Param, instantiate, is_concrete
+from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
 from .variational import resolve_q_family
 
@@ -124,7 +123,7 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     if not numpyro.primitives._PYRO_STACK:  # NumPyro's handler stack: empty outside a model's run
         raise ValueError("spectral_gp adds sample sites: call it inside a NumPyro model run by an inference "
                          "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
-    kernel = instantiate(kernel, f"{name}_kernel_") if _is_template(kernel) else kernel
+    kernel = instantiate(kernel, f"{name}_kernel_") if free_leaves(kernel) else kernel
     _warn_tangled_lengthscale(feature, kernel)
     X = feature.check_inputs(_as_inputs(X, "X"))
     if batched_kernel:
@@ -207,14 +206,6 @@ def _project(feature, kernel, X, value, whiten, Kmm, mean_only=None):
     if batched:
         mean = jnp.reshape(mean.T, jnp.shape(value)[:-1] + (-1,))  # (N, B) -> (..., N)
     return mean if mean_only else (mean, var)
-
-
-def _is_template(module) -> bool:
-    """Whether a module has fields to sample or optimise (NumPyro distributions or Params)."""
-    def free(v):
-        return isinstance(v, (Distribution, Param))
-
-    return any(free(leaf) for leaf in jax.tree.leaves(module, is_leaf=free))
 
 
 def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):

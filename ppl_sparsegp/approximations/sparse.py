@@ -38,7 +38,7 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
 from ..sharding import map_rows
-from .base import GPModel, _require_params, _require_samples, _warn_outside
+from .base import GPModel, _require_params, _require_samples
 from .primitives import inducing_prior
 from .variational import resolve_q_family
 
@@ -218,7 +218,7 @@ class SparseGP(GPModel):
         """
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
-        X_new = _warn_outside(self.feature, check_inputs(X_new, "X_new"))
+        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"))
         L = self.num_latent_gps
         if params is not None:
             kernel, likelihood, feature, c, Kmm, loc, S = self._fitted(params, "predict")
