@@ -228,24 +228,21 @@ class Likelihood(Module):
         """
         if is_concrete(y):
             try:
-                arr = np.asarray(y, dtype=float)
+                np.asarray(y, dtype=float)
             except (TypeError, ValueError) as e:
                 raise ValueError(f"{name} must be numeric, got {type(y).__name__}") from e
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"{name} contains NaN or inf")
-            self._validate_values(arr, name)
-        else:
-            def problem(arr):
-                try:
-                    arr = np.asarray(arr, dtype=float)
-                    if not np.all(np.isfinite(arr)):
-                        return f"{name} contains NaN or inf"
-                    self._validate_values(arr, name)
-                except ValueError as e:
-                    return str(e)
-                return None
 
-            check_value(y, lambda a: problem(a) is not None, problem)
+        def problem(arr):
+            arr = np.asarray(arr, dtype=float)
+            if not np.all(np.isfinite(arr)):
+                return f"{name} contains NaN or inf"
+            try:
+                self._validate_values(arr, name)
+            except ValueError as e:
+                return str(e)
+            return None
+
+        check_value(y, problem)
         return jnp.asarray(y)
 
     def _validate_values(self, arr, name):

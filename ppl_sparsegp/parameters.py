@@ -108,36 +108,39 @@ def debug_checks(enabled: bool = True):
     return _debug_scope(previous)
 
 
-def check_value(value, bad, message):
-    """Raise ``ValueError(message(arr))`` if ``bad(arr)`` for the concrete value; for a traced value,
-    the same when the program runs, in debug mode (:func:`debug_checks`)."""
+def check_value(value, problem):
+    """Raise ``ValueError(problem(arr))`` when ``problem`` (a NumPy array -> the error message, or None when
+    the value is fine) finds one in the concrete value; for a traced value, the same when the program runs,
+    in debug mode (:func:`debug_checks`)."""
     if is_concrete(value):
-        arr = np.asarray(value)
-        if bad(arr):
-            raise ValueError(message(arr))
+        message = problem(np.asarray(value))
+        if message is not None:
+            raise ValueError(message)
     elif _DEBUG["on"] and not isinstance(value, (Distribution, Param)) and value is not None:
         def callback(v):
-            arr = np.asarray(v)
-            if bad(arr):
-                raise ValueError(message(arr) + " (a traced value, found by ppl_sparsegp.debug_checks)")
+            message = problem(np.asarray(v))
+            if message is not None:
+                raise ValueError(message + " (a traced value, found by ppl_sparsegp.debug_checks)")
         jax.debug.callback(callback, value)
     return value
 
 
 def check_finite(value, name: str):
     """Raise ``ValueError`` naming ``name`` if an array holds NaN or inf (a traced one: in debug mode)."""
-    return check_value(value, lambda a: a.dtype.kind in "fc" and not np.all(np.isfinite(a)),
-                       lambda a: f"{name} contains NaN or inf")
+    return check_value(value, lambda a: f"{name} contains NaN or inf"
+                       if a.dtype.kind in "fc" and not np.all(np.isfinite(a)) else None)
 
 
 def check_positive(value, name: str):
     """Raise ``ValueError`` naming ``name`` if a value is not strictly positive and finite (a traced
     one: in debug mode)."""
-    def bad(a):
+    def problem(a):
         a = a.astype(float)
-        return a.size == 0 or not np.all(np.isfinite(a)) or not np.all(a > 0)
+        if a.size == 0 or not np.all(np.isfinite(a)) or not np.all(a > 0):
+            return f"{name} must be positive and finite, got {a!r}"
+        return None
 
-    check_value(value, bad, lambda a: f"{name} must be positive and finite, got {a.astype(float)!r}")
+    check_value(value, problem)
 
 
 def _constraint_is_positive(support, shape=()) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..parameters import Module
+from ..parameters import Module, check_value
 
 __all__ = ["LinearOperator"]
 
@@ -37,6 +37,16 @@ def _check_rhs(op, X, n, method, arg="B"):
         raise ValueError(
             f"{type(op).__name__}.{method}: {arg} must have shape ({n},) or ({n}, k), got {X.shape}")
     return X
+
+
+def _check_positive_diagonal(d, owner: str):
+    """``d`` finite and > 0 (concrete; traced in debug mode), the error naming ``owner``'s d."""
+    def problem(a):
+        if not np.all(np.isfinite(a)):
+            return f"{owner}: d contains NaN or inf"
+        return None if np.all(a > 0) else f"{owner}: d must be > 0, got min {float(np.min(a))}"
+
+    return check_value(d, problem)
 
 
 def _all_finite(x) -> bool:

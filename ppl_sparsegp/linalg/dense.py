@@ -40,7 +40,7 @@ class Dense(LinearOperator):
                    f"pass a larger jitter= (e.g. 1e-6 times the mean diagonal) or check the matrix")
         if is_concrete(matrix) and not _all_finite(chol):
             raise np.linalg.LinAlgError(message)
-        check_value(chol, lambda a: not np.all(np.isfinite(a)), lambda a: message)  # traced: debug mode
+        check_value(chol, lambda a: None if np.all(np.isfinite(a)) else message)  # traced: debug mode
         self._set(matrix=matrix, chol=chol)
 
     @classmethod

@@ -4,8 +4,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..parameters import check_value
-from .base import LinearOperator, _as_float, _bcast, _check_rhs
+from .base import LinearOperator, _as_float, _bcast, _check_positive_diagonal, _check_rhs
 
 __all__ = ["Diagonal", "Identity"]
 
@@ -22,9 +21,7 @@ class Diagonal(LinearOperator):
         d = _as_float(d)
         if d.ndim != 1:
             raise ValueError(f"Diagonal: d must be 1-D, got shape {d.shape}")
-        check_value(d, lambda a: not (np.all(np.isfinite(a)) and np.all(a > 0)),
-                    lambda a: "Diagonal: d contains NaN or inf" if not np.all(np.isfinite(a))
-                    else f"Diagonal: d must be > 0, got min {float(np.min(a))}")
+        _check_positive_diagonal(d, "Diagonal")
         self._set(d=d)
 
     @property

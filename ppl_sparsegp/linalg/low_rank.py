@@ -3,11 +3,10 @@ determinant lemma)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from ..parameters import check_finite, check_value
-from .base import LinearOperator, _as_float, _bcast, _check_rhs
+from ..parameters import check_finite
+from .base import LinearOperator, _as_float, _bcast, _check_positive_diagonal, _check_rhs
 
 __all__ = ["DiagPlusLowRank"]
 
@@ -39,9 +38,7 @@ class DiagPlusLowRank(LinearOperator):
         if B.shape[0] != d.shape[0]:
             raise ValueError(f"DiagPlusLowRank: B must have {d.shape[0]} rows to match d, "
                              f"got B of shape {B.shape}")
-        check_value(d, lambda a: not (np.all(np.isfinite(a)) and np.all(a > 0)),
-                    lambda a: "DiagPlusLowRank: d contains NaN or inf" if not np.all(np.isfinite(a))
-                    else f"DiagPlusLowRank: d must be > 0, got min {float(np.min(a))}")
+        _check_positive_diagonal(d, "DiagPlusLowRank")
         check_finite(B, "DiagPlusLowRank: B")
         self._set(d=d, B=B)
 
