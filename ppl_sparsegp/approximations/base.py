@@ -83,6 +83,20 @@ def _require_samples(gp, method: str, samples: dict, *latent):
              "pass mcmc.get_samples() from MCMC on this model")
 
 
+def check_targets(X, y):
+    """y as a real vector with one value per row of X, and at least one row; ``ValueError`` otherwise."""
+    if jnp.iscomplexobj(y):
+        raise ValueError("y is complex: give real targets (e.g. y.real)")
+    y = jnp.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+    if X.shape[0] == 0:
+        raise ValueError("X has no rows: give at least one observation")
+    return y
+
+
 class GPModel:
     """Shared machinery: templates → sites, validation, point guides, components from posterior values.
 
@@ -147,16 +161,7 @@ class GPModel:
         X = check_inputs(X, "X")
         X = self.feature.check_inputs(X) if not isinstance(self.feature, type) else X
         if y is not None:
-            if jnp.iscomplexobj(y):
-                raise ValueError("y is complex: give real targets (e.g. y.real)")
-            y = jnp.asarray(y)
-            if y.ndim != 1:
-                raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
-            if y.shape[0] != X.shape[0]:
-                raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
-            if X.shape[0] == 0:
-                raise ValueError("X has no rows: give at least one observation")
-            y = likelihood.validate(y, "y")
+            y = likelihood.validate(check_targets(X, y), "y")
         return X, y
 
     def _check_distributed_data(self, X, y, likelihood):
@@ -167,10 +172,8 @@ class GPModel:
                              "(X, y)), not one of them")
         if X.ndim != 2:
             raise ValueError(f"X must have shape (N, D) (rank 2), got shape {X.shape}")
-        if y is not None and y.ndim != 1:
-            raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
-        if y is not None and y.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+        if y is not None:
+            check_targets(X, y)  # shapes and dtype only: nothing is read
         for block in local_blocks(X):
             self._check_data(block, None, likelihood)
         for block in local_blocks(y) if y is not None else ():

@@ -39,7 +39,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution
@@ -49,7 +48,7 @@ from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..linalg import BlockDiag, Dense
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
-from .base import GPModel, _require, _site_names
+from .base import GPModel, _require, _site_names, check_targets
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood"]
@@ -128,15 +127,7 @@ def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
 
 def _check_regression(X, y, noise_variance):
     X = check_inputs(X, "X")
-    if X.shape[0] == 0:
-        raise ValueError("X has no rows: give at least one observation")
-    if np.iscomplexobj(y):
-        raise ValueError("y is complex: give real targets (e.g. y.real, or fit real and imaginary parts apart)")
-    y = jnp.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be a vector of shape (N,), got shape {y.shape}")
-    if y.shape[0] != X.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} rows but y has {y.shape[0]}")
+    y = check_targets(X, y)
     check_finite(y, "y")
     check_positive(noise_variance, "noise_variance")
     return X, y
