@@ -86,6 +86,12 @@ def _flatten(samples: dict) -> dict:
     return {k: jnp.reshape(v, (-1,) + v.shape[2:]) for k, v in samples.items()}
 
 
+def _model_inputs(X):
+    """X as the model receives it (a Grid stays a Grid: its Kronecker paths) and its number of rows."""
+    X = X if isinstance(X, Grid) else jnp.asarray(X)
+    return X, (X.points() if isinstance(X, Grid) else X).shape[0]
+
+
 def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=None, coords=None,
                  dims=None, predictive=True, log_likelihood=True, rng_key=None,
                  attrs=None, _pointwise=None) -> az.InferenceData:
@@ -96,10 +102,8 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     ``attrs``: stored on the posterior group (e.g. ``{"inference": "stein"}``). Other arguments as in
     :func:`from_mcmc`.
     """
-    # the model receives X as given (a Grid stays a Grid: its Kronecker paths); the groups store points
-    X = X if isinstance(X, Grid) else jnp.asarray(X)
-    points, y = (X.points() if isinstance(X, Grid) else X), jnp.asarray(y)
-    N = points.shape[0]
+    X, N = _model_inputs(X)
+    points, y = (X.points() if isinstance(X, Grid) else X), jnp.asarray(y)  # the groups store points
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     kw = _data_kwargs(model_kwargs)
     all_dims = {"y": ["obs"], "f": ["obs"], "X": ["obs", "input"]}
@@ -189,13 +193,13 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
              "num_warmup": int(mcmc.num_warmup)}
     cap = MAX_POINTWISE if max_pointwise is None else _check_max_pointwise(max_pointwise)
     C, S = next(iter(samples.values())).shape[:2]
-    N = (X.points() if isinstance(X, Grid) else jnp.asarray(X)).shape[0]
+    Xm, N = _model_inputs(X)
     pointwise = None
     if (log_likelihood or predictive) and C * S * N > cap:  # thinned, in blocks (see from_svi)
         which = _pointwise_draws(S, N, max(1, cap // C))
         flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}
         computed = _pointwise_groups(
-            gp, X if isinstance(X, Grid) else jnp.asarray(X), jnp.asarray(y), flat,
+            gp, Xm, jnp.asarray(y), flat,
             (np.arange(C)[:, None] * S + which[None, :]).reshape(-1), _data_kwargs(model_kwargs),
             jax.random.PRNGKey(0) if rng_key is None else rng_key,
             log_likelihood=log_likelihood and gp.pointwise_likelihood, predictive=predictive)
@@ -268,10 +272,9 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_k
     draws = jax.jit(lambda p, key, X, y: Predictive(gp.guide, params=p, num_samples=num_samples)(
         key, X, y, **kw))(params, key_guide, jnp.asarray(X), jnp.asarray(y))
     samples = {k: v[None] for k, v in draws.items()}
-    N = (X.points() if isinstance(X, Grid) else jnp.asarray(X)).shape[0]
+    Xm, N = _model_inputs(X)
     which = _pointwise_draws(num_samples, N, max_pointwise)
-    computed = _pointwise_groups(gp, X if isinstance(X, Grid) else jnp.asarray(X), jnp.asarray(y), draws, which,
-                                 kw, key_pred,
+    computed = _pointwise_groups(gp, Xm, jnp.asarray(y), draws, which, kw, key_pred,
                                  log_likelihood=log_likelihood and gp.pointwise_likelihood, predictive=predictive)
     idata = from_samples(gp, X, y, samples, model_kwargs=model_kwargs, coords=coords, dims=dims,
                          attrs={"inference": "svi", "num_steps": 0 if losses is None else int(len(losses)),

@@ -499,6 +499,12 @@ def _select_columns(table, y, columns, D, *, target=True):
     return names
 
 
+def _no_devices(devices):
+    if devices is not None:
+        raise ValueError("devices= is for in-process inputs; with Dask inputs each worker uses its own "
+                         "JAX devices: leave devices=None")
+
+
 def _finish(total) -> SufficientStatistics:
     A, c, f1, yy, ysum, n = total
     if not n > 0:
@@ -538,9 +544,7 @@ def fourier_statistics(feature, X, y, *, columns=None, chunk_size: int | None = 
     """
     features = fourier_box_features(feature)
     if _is_dask(X) or _is_dask(y):
-        if devices is not None:
-            raise ValueError("devices= is for in-process inputs; with Dask inputs each worker uses its own "
-                             "JAX devices: leave devices=None")
+        _no_devices(devices)
         chunk_size = _check_method(method, eps, chunk_size, local=False)
         from .fourier_dask import dask_statistics
 
@@ -578,9 +582,7 @@ def fourier_conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = 
     chunk_size = _check_method(method, eps, chunk_size, local=not dask_input)
     alpha, C, kff = _projection_operands(feature, kernel, q_mu, q_cov, Kmm, whiten)
     if dask_input:
-        if devices is not None:
-            raise ValueError("devices= is for in-process inputs; with Dask inputs each worker uses its own "
-                             "JAX devices: leave devices=None")
+        _no_devices(devices)
         from .fourier_dask import dask_conditional
 
         return dask_conditional(features, X, (np.asarray(alpha, np.float64), np.asarray(C, np.float64),
