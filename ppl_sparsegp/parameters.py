@@ -94,8 +94,8 @@ def debug_checks(enabled: bool = True):
     Inside a trace they are not, so a NaN input or a negative lengthscale reached by an optimiser gives
     NaN silently. With debug checks on, each such check also runs on the traced value when the compiled
     program runs (``jax.debug.callback``) and raises the same ``ValueError`` (naming the argument); under
-    ``jit`` JAX reports it as its runtime error (``JaxRuntimeError``) carrying the message. It costs a host callback per check per
-    call: use it to find where a NaN comes from, not for production runs.
+    ``jit`` JAX reports it as its runtime error (``JaxRuntimeError``) carrying the message. It costs a
+    host callback per check per call: use it to find where a NaN comes from, not for production runs.
 
     Use as a function, ``debug_checks()`` / ``debug_checks(False)``, or as a context manager,
     ``with debug_checks(): ...``; the environment variable ``PPL_SPARSEGP_DEBUG=1`` turns it on at import.

@@ -186,26 +186,27 @@ def _batched_projection(name, feature, kernel, whiten):
 def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
     """:func:`_project` block by block where the rows of X live (one device's Kuf block when X is
     sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
-    inducing value's batch dimensions."""
+    inducing value's batch dimensions. Without ``need_var`` the variance is None (not computed)."""
     lead = jnp.ndim(value) - 1
-    if not need_var and conditional.dispatch(feature) is conditional.default:  # the projected process only
-        return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm, projected_mean), X,
-                        out_rows=lead), None
+    if not need_var:
+        return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm, False), X, out_rows=lead), None
     return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
 
 
-def _project(feature, kernel, X, value, whiten, Kmm, mean_only=None):
-    r"""E[f(X) | u] and the residual variance, or with ``mean_only`` (:func:`projected_mean`) the mean
-    alone; inside ``numpyro.plate``\ s the inducing value has leading batch dimensions (one latent
-    function per output or group) and the means come back with the same leading dimensions, (..., N),
-    from ONE Kuf and one solve with a matrix right-hand side."""
+def _project(feature, kernel, X, value, whiten, Kmm, need_var=True):
+    r"""E[f(X) | u] and the residual variance (without ``need_var``: the mean alone,
+    :func:`~ppl_sparsegp.conditionals.projected_mean`); inside ``numpyro.plate``\ s the inducing value has
+    leading batch dimensions (one latent function per output or group) and the means come back with the
+    same leading dimensions, (..., N), from ONE Kuf and one solve with a matrix right-hand side."""
     batched = jnp.ndim(value) > 1
     q_mu = jnp.reshape(value, (-1, jnp.shape(value)[-1])).T if batched else value
-    out = (mean_only or conditional)(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
-    mean, var = (out, None) if mean_only else out
+    if need_var:
+        mean, var = conditional(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
+    else:
+        mean = projected_mean(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
     if batched:
         mean = jnp.reshape(mean.T, jnp.shape(value)[:-1] + (-1,))  # (N, B) -> (..., N)
-    return mean if mean_only else (mean, var)
+    return (mean, var) if need_var else mean
 
 
 def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):
