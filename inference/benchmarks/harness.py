@@ -91,19 +91,35 @@ class Timing(NamedTuple):
 def timed(fn, *args, repeats: int = 20) -> Timing:
     """Time ``jax.jit(fn)(*args)``: compilation (``lower(...).compile()``) apart from ``repeats`` calls of
     the compiled function, each blocked until ready, after one untimed warm-up call."""
-    import jax
     import numpy as np
+
+    compiled, compile_s = compile_timed(fn, *args)
+    times = call_times(compiled, *args, repeats=repeats)
+    return Timing(compile_s, float(np.median(times)), float(np.mean(times)))
+
+
+def compile_timed(fn, *args):
+    """``(compiled, seconds)``: ``jax.jit(fn)`` lowered and compiled for ``args``, and the time that took."""
+    import jax
 
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
+    return compiled, time.perf_counter() - t0
+
+
+def call_times(compiled, *args, repeats: int = 20):
+    """Seconds of ``repeats`` calls of a compiled function, each blocked until ready, after one untimed
+    warm-up call (NumPy array)."""
+    import jax
+    import numpy as np
+
     jax.block_until_ready(compiled(*args))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
-    return Timing(compile_s, float(np.median(times)), float(np.mean(times)))
+    return np.asarray(times)
 
 
 class Clock:

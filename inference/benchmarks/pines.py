@@ -122,23 +122,15 @@ def gradient_table(spec, basis, ell_min, *, rounds, repeats):
             model, args = build_model(kind, size, box, spec, residual)
             info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
             z = info.param_info.z
-            t0 = time.perf_counter()
-            fn = jax.jit(jax.value_and_grad(info.potential_fn)).lower(z).compile()
-            compiled[kind] = (fn, z, time.perf_counter() - t0)
+            compiled[kind] = (*harness.compile_timed(jax.value_and_grad(info.potential_fn), z), z)
         ms = {kind: [] for kind in compiled}
         for _ in range(rounds):
-            for kind, (fn, z, _) in compiled.items():
-                jax.block_until_ready(fn(z))
-                times = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    jax.block_until_ready(fn(z))
-                    times.append(time.perf_counter() - t0)
-                ms[kind].append(1e3 * float(np.median(times)))
+            for kind, (fn, _, z) in compiled.items():
+                ms[kind].append(1e3 * float(np.median(harness.call_times(fn, z, repeats=repeats))))
         med = {kind: float(np.median(v)) for kind, v in ms.items()}
         rows.append({"basis": n, "hsgp_ms": med["hsgp"], "vff_ms": med["vff"], "ratio": med["vff"] / med["hsgp"],
                      "ratio_per_round": [v / h for v, h in zip(ms["vff"], ms["hsgp"])],
-                     "hsgp_compile_s": compiled["hsgp"][2], "vff_compile_s": compiled["vff"][2]})
+                     "hsgp_compile_s": compiled["hsgp"][1], "vff_compile_s": compiled["vff"][1]})
         print(f"basis {n}: HSGP {med['hsgp']:.3f} ms, VFF {med['vff']:.3f} ms, ratio {rows[-1]['ratio']:.2f}",
               flush=True)
     return rows
@@ -342,6 +334,7 @@ def main(argv=None):
         rows = gradient_table(spec, basis, args.ell_min, rounds=args.rounds, repeats=args.repeats)
         print("\n" + harness.table(rows, GRADIENT_COLUMNS))
         out = (args.out.parent if args.out else RESULTS.parent) / "pines_gradients.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"load_average": os.getloadavg(), **machine, "rounds": args.rounds,
                                    "repeats": args.repeats, "ell_min": args.ell_min, "rows": rows}, indent=1) + "\n")
         print(f"wrote {out}")
