@@ -363,6 +363,12 @@ def test_kuf_inside_the_box_skips_the_edge_formulas_and_equals_them():
         traced = jax.jit(lambda X: psg.Kuf(f, k, X))(x)
         np.testing.assert_allclose(concrete, traced, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(concrete, f.basis(x[:, 0]), rtol=1e-12, atol=1e-12)
+        # concrete data inside a trace of the hyperparameters (NUTS): Kuf is computed once, a constant of
+        # the compiled program, not recomputed per gradient
+        seen = []
+        jax.make_jaxpr(lambda ell: seen.append(psg.Kuf(f, type(k)(1.0, ell), x)) or ell)(0.3)
+        assert not isinstance(seen[0], jax.core.Tracer)
+        np.testing.assert_allclose(seen[0], concrete, rtol=1e-12, atol=1e-12)
 
 
 def test_periodic_kernel_on_one_period_is_the_truncated_fourier_series():

@@ -78,6 +78,9 @@ def cases():
                                  (g.normal(3, 3), g.normal(4, 2))),
         # 2x2 blocks: the 3-column right-hand sides take the inverse-factor path, vectors the solve path
         "stacked": StackedBlockDiag(np.stack([g.spd(2) for _ in range(4)])),
+        # VFF's Matérn-3/2 Kuu: one column on rows 0-3, one on rows 4-6, a zero row (the diagonal-capacitance path)
+        "dplr_disjoint": DiagPlusLowRank(g.positive(7), g.normal(7, 2) * np.array([[1, 0]] * 3 + [[0, 0]] + [[0, 1]] * 3),
+                                         disjoint=True),
     }
 
 
@@ -418,6 +421,8 @@ def test_bad_input():
         DiagPlusLowRank(jnp.ones(3), jnp.ones(3))
     with pytest.raises(ValueError, match="DiagPlusLowRank: d must be > 0"):
         DiagPlusLowRank(-jnp.ones(3), jnp.ones((3, 1)))
+    with pytest.raises(ValueError, match="disjoint=True.*more than one nonzero.*leave disjoint=False"):
+        DiagPlusLowRank(jnp.ones(3), jnp.ones((3, 2)), disjoint=True)
     with pytest.raises(ValueError, match="Kronecker: factors must be a non-empty tuple"):
         Kronecker(())
     with pytest.raises(ValueError, match=r"Kronecker: factors\[1\] must be a LinearOperator"):

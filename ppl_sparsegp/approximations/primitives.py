@@ -70,7 +70,8 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
 def _as_inputs(X, name):
     """(N, D) inputs; a vector of shape (N,) is one input dimension (as ``numpyro.contrib.hsgp`` takes)."""
     if not hasattr(X, "points") and jnp.ndim(X) == 1:
-        X = jnp.asarray(X)[:, None]
+        with jax.ensure_compile_time_eval():  # data stays concrete inside a trace (so Kuf can be a constant)
+            X = jnp.asarray(X)[:, None]
     return check_inputs(X, name)
 
 

@@ -3,9 +3,10 @@ determinant lemma)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 
-from ..parameters import check_finite
+from ..parameters import check_finite, check_value
 from .base import LinearOperator, _as_float, _bcast, _check_positive_diagonal, _check_rhs
 
 __all__ = ["DiagPlusLowRank"]
@@ -23,13 +24,22 @@ class DiagPlusLowRank(LinearOperator):
     Every operation costs :math:`O(n r^2)` or less; no ``n x n`` matrix is formed except in
     :meth:`to_dense` and :meth:`sqrt`.
 
+    With ``disjoint=True`` the columns of B have disjoint supports (no row has two nonzeros, as in VFF's
+    Kuu for Matérn-1/2 and 3/2: one column on the cosine block, one on the sine block), so C is
+    diagonal, :math:`C = I + \operatorname{diag}(\sum_i B_{ij}^2 / d_i)`: every operation is then
+    elementwise products and column sums, with no Cholesky and no matrix product with B. Under NUTS that
+    is what a gradient costs (measured: half the time per gradient of the general path on a 1-D Cox
+    process with 61 features, ``inference/benchmarks/lgcp_1d.py``).
+
     :param d: ``(n,)`` positive diagonal.
     :param B: ``(n, r)`` low-rank factor.
+    :param disjoint: the columns of B have disjoint supports (checked on a concrete B).
     """
 
     _params = ("d", "B")
+    _static = ("disjoint",)
 
-    def __init__(self, d, B):
+    def __init__(self, d, B, disjoint: bool = False):
         d, B = _as_float(d), _as_float(B)
         if d.ndim != 1:
             raise ValueError(f"DiagPlusLowRank: d must be 1-D, got shape {d.shape}")
@@ -40,7 +50,11 @@ class DiagPlusLowRank(LinearOperator):
                              f"got B of shape {B.shape}")
         _check_positive_diagonal(d, "DiagPlusLowRank")
         check_finite(B, "DiagPlusLowRank: B")
-        self._set(d=d, B=B)
+        if disjoint:
+            check_value(B, lambda a: None if np.all(np.count_nonzero(a, axis=1) <= 1) else
+                        "DiagPlusLowRank(disjoint=True): a row of B has more than one nonzero (the columns must "
+                        "have disjoint supports); leave disjoint=False for a general B")
+        self._set(d=d, B=B, disjoint=bool(disjoint))
 
     @property
     def size(self):
@@ -60,23 +74,46 @@ class DiagPlusLowRank(LinearOperator):
         return self.size + self.rank
 
     def _capacitance_chol(self):
-        """Lower Cholesky factor of :math:`C = I_r + B^\\top D^{-1} B`."""
+        """Lower Cholesky factor of :math:`C = I_r + B^\\top D^{-1} B` (general B)."""
         C = jnp.eye(self.rank, dtype=self.dtype) + self.B.T @ (self.B / self.d[:, None])
         return jnp.linalg.cholesky(C)
 
+    def _capacitance_diag(self):
+        """The diagonal of C when the columns are disjoint (C is then diagonal)."""
+        return 1.0 + jnp.sum(self.B**2 / self.d[:, None], axis=0)
+
+    def _Bt(self, X):
+        """:math:`B^\\top X`; with disjoint columns as products and column sums (no matrix product)."""
+        if self.disjoint:
+            return jnp.sum(self.B[..., None] * X[:, None], axis=0) if X.ndim == 2 else jnp.sum(self.B * X[:, None], 0)
+        return self.B.T @ X
+
+    def _B(self, Y):
+        """:math:`B Y` for Y of shape (r,) or (r, k); with disjoint columns as a sum of scaled columns."""
+        if self.disjoint:
+            return jnp.sum(self.B[..., None] * Y[None], axis=1) if Y.ndim == 2 else jnp.sum(self.B * Y, axis=1)
+        return self.B @ Y
+
+    def _capacitance_solve(self, Y):
+        """:math:`C^{-1} Y`."""
+        if self.disjoint:
+            return Y / _bcast(self._capacitance_diag(), Y)
+        return cho_solve((self._capacitance_chol(), True), Y)
+
     def matmul(self, X):
         X = _check_rhs(self, X, self.size, "matmul", "X")
-        return _bcast(self.d, X) * X + self.B @ (self.B.T @ X)
+        return _bcast(self.d, X) * X + self._B(self._Bt(X))
 
     def solve(self, X):
         """Woodbury: :math:`K^{-1} X = D^{-1} X - D^{-1} B C^{-1} B^\\top D^{-1} X`."""
         X = _check_rhs(self, X, self.size, "solve", "X")
         Dinv_X = X / _bcast(self.d, X)
-        Dinv_B = self.B / self.d[:, None]
-        return Dinv_X - Dinv_B @ cho_solve((self._capacitance_chol(), True), self.B.T @ Dinv_X)
+        return Dinv_X - self._B(self._capacitance_solve(self._Bt(Dinv_X))) / _bcast(self.d, X)
 
     def logdet(self):
         """Determinant lemma: :math:`\\log|K| = \\sum_i \\log d_i + \\log|I_r + B^\\top D^{-1} B|`."""
+        if self.disjoint:
+            return jnp.sum(jnp.log(self.d)) + jnp.sum(jnp.log(self._capacitance_diag()))
         Lc = self._capacitance_chol()
         return jnp.sum(jnp.log(self.d)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(Lc)))
 
@@ -90,17 +127,20 @@ class DiagPlusLowRank(LinearOperator):
         """:math:`R V = D^{1/2} V_{:n} + B V_{n:}`."""
         V = _check_rhs(self, V, self.sqrt_cols, "sqrt_matmul", "V")
         n = self.size
-        return _bcast(jnp.sqrt(self.d), V[:n]) * V[:n] + self.B @ V[n:]
+        return _bcast(jnp.sqrt(self.d), V[:n]) * V[:n] + self._B(V[n:])
 
     def sqrt_rmatmul(self, X):
         """:math:`R^\\top X = [D^{1/2} X; B^\\top X]`."""
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
-        return jnp.concatenate([_bcast(jnp.sqrt(self.d), X) * X, self.B.T @ X], axis=0)
+        return jnp.concatenate([_bcast(jnp.sqrt(self.d), X) * X, self._Bt(X)], axis=0)
 
     def _inv_diagonal(self):
         """:math:`\\operatorname{diag}(K^{-1}) = d^{-1} - \\operatorname{diag}(G C^{-1} G^\\top)` with
         :math:`G = D^{-1} B`: column sums of :math:`(L_C^{-1} G^\\top)^2`."""
-        H = solve_triangular(self._capacitance_chol(), (self.B / self.d[:, None]).T, lower=True)
+        G = self.B / self.d[:, None]
+        if self.disjoint:
+            return 1.0 / self.d - jnp.sum(G**2 / self._capacitance_diag(), axis=1)
+        H = solve_triangular(self._capacitance_chol(), G.T, lower=True)
         return 1.0 / self.d - jnp.sum(H**2, axis=0)
 
     def _diag_plus_factor(self, K):
