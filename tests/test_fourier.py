@@ -371,6 +371,19 @@ def test_kuf_inside_the_box_skips_the_edge_formulas_and_equals_them():
         np.testing.assert_allclose(seen[0], concrete, rtol=1e-12, atol=1e-12)
 
 
+def test_kuf_past_the_constant_size_is_recomputed_in_the_program(monkeypatch):
+    """Past CONSTANT_KUF_MAX entries Kuf of concrete data is part of the traced program (not a constant
+    XLA would embed), with the same values."""
+    import ppl_sparsegp.features.fourier as fourier
+
+    monkeypatch.setattr(fourier, "CONSTANT_KUF_MAX", 10)
+    f, x = FourierFeatures(-0.5, 1.5, 7), jnp.linspace(-0.5, 1.5, 41)[:, None]
+    out = jax.jit(lambda ell: psg.Kuf(f, psg.Matern32(1.0, ell), x))(0.3)
+    np.testing.assert_allclose(out, f.basis(x[:, 0]), rtol=1e-12, atol=1e-12)
+    jaxpr = jax.make_jaxpr(lambda ell: psg.Kuf(f, psg.Matern32(1.0, ell), x))(0.3)
+    assert any(e.primitive.name == "cos" for e in jaxpr.jaxpr.eqns)
+
+
 def test_periodic_kernel_on_one_period_is_the_truncated_fourier_series():
     """For Periodic on FourierFeatures(a, a + p, M): Kuu is exactly diagonal (q_j) and
     K_fu K_uu⁻¹ K_uf equals the first M terms of the kernel's Fourier series, at any x (inside the box
