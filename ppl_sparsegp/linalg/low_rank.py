@@ -83,15 +83,17 @@ class DiagPlusLowRank(LinearOperator):
         return 1.0 + jnp.sum(self.B**2 / self.d[:, None], axis=0)
 
     def _Bt(self, X):
-        """:math:`B^\\top X`; with disjoint columns as products and column sums (no matrix product)."""
-        if self.disjoint:
-            return jnp.sum(self.B[..., None] * X[:, None], axis=0) if X.ndim == 2 else jnp.sum(self.B * X[:, None], 0)
+        """:math:`B^\\top X`; for a vector X with disjoint columns as products and column sums (no
+        matrix product: under NUTS the gradient is then a few fused loops)."""
+        if self.disjoint and X.ndim == 1:
+            return jnp.sum(self.B * X[:, None], axis=0)
         return self.B.T @ X
 
     def _B(self, Y):
-        """:math:`B Y` for Y of shape (r,) or (r, k); with disjoint columns as a sum of scaled columns."""
-        if self.disjoint:
-            return jnp.sum(self.B[..., None] * Y[None], axis=1) if Y.ndim == 2 else jnp.sum(self.B * Y, axis=1)
+        """:math:`B Y` for Y of shape (r,) or (r, k); for a vector with disjoint columns as a sum of
+        scaled columns."""
+        if self.disjoint and Y.ndim == 1:
+            return jnp.sum(self.B * Y, axis=1)
         return self.B @ Y
 
     def _capacitance_solve(self, Y):
