@@ -125,16 +125,34 @@ def call_times(compiled, *args, repeats: int = 20):
 class Clock:
     wall: float = 0.0
     cpu: float = 0.0
+    compile: float = 0.0
+
+
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_compile_s = [0.0, False]  # JAX's tracing, lowering and compilation seconds so far; listening yet
+
+
+def _count_compilation(event, duration, **kwargs):
+    if event in _COMPILE_EVENTS:
+        _compile_s[0] += duration
 
 
 @contextmanager
 def clock():
-    """``with clock() as c: ...`` then ``c.wall``, ``c.cpu``: wall-clock and process CPU seconds."""
-    c, w0, c0 = Clock(), time.perf_counter(), time.process_time()
+    """``with clock() as c: ...`` then ``c.wall``, ``c.cpu``: wall-clock and process CPU seconds, and
+    ``c.compile``: the seconds JAX spent tracing, lowering and compiling in the block (its monitoring
+    events; single-threaded, so CPU seconds too)."""
+    import jax
+
+    if not _compile_s[1]:
+        jax.monitoring.register_event_duration_secs_listener(_count_compilation)
+        _compile_s[1] = True
+    c, w0, c0, k0 = Clock(), time.perf_counter(), time.process_time(), _compile_s[0]
     try:
         yield c
     finally:
-        c.wall, c.cpu = time.perf_counter() - w0, time.process_time() - c0
+        c.wall, c.cpu, c.compile = time.perf_counter() - w0, time.process_time() - c0, _compile_s[0] - k0
 
 
 class Store:

@@ -87,6 +87,12 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     hyperparameter costs one ``Kuu`` factorisation (O(M) for VFF's diagonal + low rank, O(M³) for
     inducing points) and one M × N ``Kuf``.
 
+    Pass X as the data are (a model argument, or an array built outside the model; a vector for 1-D
+    inputs): features whose Kuf does not depend on the hyperparameters (VFF inside its box) then compute
+    it once, as a constant of the compiled program. An X computed inside the model (``x[:, None]``
+    there) is traced, and Kuf is recomputed at every gradient (measured, 1-D VFF, 61 features, N = 20 000:
+    10.7 against 1.4 ms per gradient).
+
     Under NUTS with a sampled lengthscale, use features whose functions do not move with ℓ (VFF,
     inducing points, :class:`~ppl_sparsegp.features.ImportanceFourierFeatures`): with
     :class:`~ppl_sparsegp.features.RandomFourierFeatures` every frequency scales with 1/ℓ, so the weights
