@@ -48,7 +48,8 @@ def check_inputs(X, name: str = "X", input_dim: int | None = None):
             raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
         return X
     check_finite(X, name)
-    X = jnp.asarray(X)
+    with jax.ensure_compile_time_eval():  # NumPy data stay concrete inside a trace (jnp.asarray would stage it)
+        X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape (N, D) (rank 2), got shape {X.shape}")
     if input_dim is not None and X.shape[1] != input_dim:

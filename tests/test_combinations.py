@@ -26,3 +26,17 @@ def test_kronecker_products_against_the_one_dimensional_parts():
     A, B = np.asarray(psg.Kuf(F1, K1, X[:, :1])), np.asarray(psg.Kuf(F2, K2, X[:, 1:]))
     khatri_rao = np.stack([np.kron(A[:, n], B[:, n]) for n in range(len(X))], axis=1)
     np.testing.assert_allclose(psg.Kuf(f, k, X), khatri_rao, rtol=1e-12)
+
+
+def test_per_dimension_kuf_of_concrete_data_stays_a_constant_inside_a_trace():
+    """Additive and Kronecker VFF over concrete data inside a trace of the hyperparameters (NUTS): each
+    dimension's Kuf is computed once (not a traced value, so not recomputed per gradient), with the
+    same values as outside the trace."""
+    import jax
+
+    for f, make in ((AdditiveFeatures([F1, F2]), lambda ell: psg.Additive([psg.Matern32(1.2, ell), K2])),
+                    (KroneckerFeatures([F1, F2]), lambda ell: psg.Product([psg.Matern32(1.2, ell), K2]))):
+        seen = []
+        jax.make_jaxpr(lambda ell: seen.append(psg.Kuf(f, make(ell), X)) or ell)(0.4)
+        assert not isinstance(seen[0], jax.core.Tracer)
+        np.testing.assert_allclose(seen[0], psg.Kuf(f, make(0.4), X), rtol=1e-12)

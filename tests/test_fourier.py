@@ -365,18 +365,20 @@ def test_kuf_inside_the_box_skips_the_edge_formulas_and_equals_them():
         np.testing.assert_allclose(concrete, f.basis(x[:, 0]), rtol=1e-12, atol=1e-12)
         # concrete data inside a trace of the hyperparameters (NUTS): Kuf is computed once, a constant of
         # the compiled program, not recomputed per gradient
-        seen = []
-        jax.make_jaxpr(lambda ell: seen.append(psg.Kuf(f, type(k)(1.0, ell), x)) or ell)(0.3)
-        assert not isinstance(seen[0], jax.core.Tracer)
-        np.testing.assert_allclose(seen[0], concrete, rtol=1e-12, atol=1e-12)
+        seen = []  # (the data as a JAX array and as a NumPy array, which jnp.asarray would stage)
+        jax.make_jaxpr(lambda ell: [seen.append(psg.Kuf(f, type(k)(1.0, ell), X)) for X in (x, np.asarray(x))]
+                       and ell)(0.3)
+        for out in seen:
+            assert not isinstance(out, jax.core.Tracer)
+            np.testing.assert_allclose(out, concrete, rtol=1e-12, atol=1e-12)
 
 
 def test_kuf_past_the_constant_size_is_recomputed_in_the_program(monkeypatch):
     """Past CONSTANT_KUF_MAX entries Kuf of concrete data is part of the traced program (not a constant
     XLA would embed), with the same values."""
-    import ppl_sparsegp.features.fourier as fourier
+    import ppl_sparsegp.features.base as base
 
-    monkeypatch.setattr(fourier, "CONSTANT_KUF_MAX", 10)
+    monkeypatch.setattr(base, "CONSTANT_KUF_MAX", 10)
     f, x = FourierFeatures(-0.5, 1.5, 7), jnp.linspace(-0.5, 1.5, 41)[:, None]
     out = jax.jit(lambda ell: psg.Kuf(f, psg.Matern32(1.0, ell), x))(0.3)
     np.testing.assert_allclose(out, f.basis(x[:, 0]), rtol=1e-12, atol=1e-12)

@@ -3,11 +3,13 @@ dispatchers of :mod:`ppl_sparsegp.covariances` (``Kuu``, ``Kuf``, and where its 
 ``conditional`` and ``sufficient_statistics``), in its own file under ``features/``."""
 from __future__ import annotations
 
+import contextlib
 import warnings
 
+import jax
 import jax.numpy as jnp
 
-from ..parameters import Module
+from ..parameters import Module, is_concrete
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning"]
 
@@ -29,6 +31,22 @@ def warn_float32(dtype, limited: bool, message: str):
     if limited and jnp.dtype(dtype) == jnp.float32:
         warnings.warn(message + "; use float64 (jax_enable_x64 with float64 inputs and hyperparameters)",
                       Float32Warning, stacklevel=4)
+
+
+CONSTANT_KUF_MAX = 2**25  # entries of Kuf (256 MiB in float64) up to which it may be a constant of a program
+
+
+def constant_kuf(X, num_features):
+    """Context for computing a Kuf that does not depend on the hyperparameters (VFF inside its box): for
+    concrete data of at most :data:`CONSTANT_KUF_MAX` entries, evaluated now, even inside a trace (NUTS,
+    SVI), so that the compiled program receives it as a constant instead of recomputing it per gradient
+    (XLA does not hoist it out of the sampler's loop; measured for a Poisson ``spectral_gp`` with 61
+    features: 10.7 → 1.4 ms per gradient at N = 20 000, 205 → 18 at N = 200 000, compilation +0.7 s
+    there). XLA embeds such a constant in the program, hence the cap; past it, or for traced data, Kuf
+    is computed in the program."""
+    if is_concrete(X) and X.shape[0] * num_features <= CONSTANT_KUF_MAX:
+        return jax.ensure_compile_time_eval()
+    return contextlib.nullcontext()
 
 
 class InducingFeature(Module):

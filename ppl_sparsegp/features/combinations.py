@@ -17,6 +17,7 @@ References:
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -25,7 +26,7 @@ from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Kronecker
 from ..covariances import Kuf, Kuu
-from .base import InducingFeature, warn_float32
+from .base import InducingFeature, constant_kuf, warn_float32
 from .inducing_points import InducingPoints
 from .fourier import FourierFeatures, lengthscale_range
 
@@ -161,10 +162,11 @@ def _register(feature_cls, kernel_cls, combine_kuu, combine_kuf):
     def _kuf(feature, kernel, X):
         feature._check_kernel(kernel, kernel_cls)
         X = feature.check_inputs(X)
-        if isinstance(X, Grid):
-            X = X.points()
-        return combine_kuf([Kuf(f, k, X[:, d:d + 1])
-                            for d, (f, k) in enumerate(zip(feature.features, kernel.kernels))])
+        with jax.ensure_compile_time_eval():  # concrete data stay concrete inside a trace (the columns are
+            X = X.points() if isinstance(X, Grid) else X  # N x 1 each), so that each dimension's Kuf can be
+            columns = [X[:, d:d + 1] for d in range(len(feature.features))]  # a constant (constant_kuf)
+        with constant_kuf(X, feature.num_features):  # and so their combination, when small enough
+            return combine_kuf([Kuf(f, k, x) for x, f, k in zip(columns, feature.features, kernel.kernels)])
 
 
 # additive: Kuu block-diagonal, Kuf the stacked rows; Kronecker: Kuu ⊗, Kuf the Khatri–Rao product
