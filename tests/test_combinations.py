@@ -40,3 +40,19 @@ def test_per_dimension_kuf_of_concrete_data_stays_a_constant_inside_a_trace():
         jax.make_jaxpr(lambda ell: seen.append(psg.Kuf(f, make(ell), X)) or ell)(0.4)
         assert not isinstance(seen[0], jax.core.Tracer)
         np.testing.assert_allclose(seen[0], psg.Kuf(f, make(0.4), X), rtol=1e-12)
+
+
+def test_grid_conditional_computes_no_basis_per_gradient():
+    """On a Grid of concrete axes inside a trace of the hyperparameters, the per-axis Kuf are constants:
+    the traced program evaluates no cosine (the per-axis basis, or the edge formulas, per gradient)."""
+    import jax
+    import jax.numpy as jnp
+
+    from ppl_sparsegp.grid import Grid
+
+    f, grid = KroneckerFeatures([F1, F2]), Grid([jnp.linspace(0.0, 1.0, 5), jnp.linspace(0.0, 1.0, 4)])
+    q = np.linspace(-1.0, 1.0, 7 * 4)  # whitened: 5 + 2 and 3 + 1 columns of the square roots (ν = 3/2, 1/2)
+    mean = lambda ell: psg.conditional(f, psg.Product([psg.Matern32(1.2, ell), K2]), grid, q, whiten=True)[0]  # noqa: E731
+    eqns = jax.make_jaxpr(mean)(0.4).jaxpr.eqns
+    assert not any(e.primitive.name in ("cos", "sin") for e in eqns)
+    np.testing.assert_allclose(jax.jit(mean)(0.4), mean(0.4), rtol=1e-12)

@@ -192,12 +192,14 @@ def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False
     X = feature.check_inputs(X)
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     As, qffs, kffs = [], [], []
-    for f, k, K, axis in zip(feature.features, kernel.kernels, Kmm.factors, X.axes):
-        Kmn = Kuf(f, k, axis[:, None])
+    with jax.ensure_compile_time_eval():  # concrete axes stay concrete inside a trace (Kuf: constant_kuf)
+        columns = [axis[:, None] for axis in X.axes]
+    for f, k, K, x in zip(feature.features, kernel.kernels, Kmm.factors, columns):
+        Kmn = Kuf(f, k, x)
         A = K.whiten(Kmn) if whiten else K.solve(Kmn)
         As.append(A)
         qffs.append(jnp.sum(A * A, 0) if whiten else jnp.sum(Kmn * A, 0))
-        kffs.append(k.diag(axis[:, None]))
+        kffs.append(k.diag(x))
     T = q_mu.reshape([A.shape[0] for A in As])
     for d, A in enumerate(As):
         T = jnp.moveaxis(jnp.tensordot(A.T, T, axes=([1], [d])), 0, d)  # contract axis d with A_dᵀ
