@@ -6,8 +6,10 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.py"))
 # own_model runs NUTS on two user models: ~50 s even at QUICK size (most of it NumPyro's eager model
-# initialisation, ~300 small XLA compilations per new model), so it runs with the slow tests
-SLOW = {"own_model"}
+# initialisation, ~300 small XLA compilations per new model), so it runs with the slow tests; so do hkd
+# (14 s) and srf (11 s), whose families test_harmonic.py and test_random_fourier.py / test_stein.py
+# check against dense computations in the fast suite (which has to stay under 6 minutes on 2 cores)
+SLOW = {"own_model", "hkd", "srf"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p
