@@ -90,6 +90,10 @@ class _PerDimension(InducingFeature):
                 f.warn_outside(axis, f"{name} axis {d}")
         return X
 
+    def _float32_limit(self):
+        """The message of this combination's measured float32 limit (:func:`warn_float32`), or None."""
+        return None
+
     def _check_kernel(self, kernel, kind):
         if not isinstance(kernel, kind) or len(kernel.kernels) != len(self.features):
             raise ValueError(f"{type(self).__name__} with {len(self.features)} dimensions needs a "
@@ -134,6 +138,13 @@ class KroneckerFeatures(_PerDimension):
             out *= f.num_features
         return out
 
+    def _float32_limit(self):
+        if any(isinstance(f, InducingPoints) for f in self.features):
+            return ("KroneckerFeatures of InducingPoints in float32: each factor carries float32's jitter, so "
+                    "Kuu's condition number reaches 1/ε² ≈ 1e10 and the collapsed bound was measured up to 10% "
+                    "above the exact log marginal likelihood (ℓ ≥ 5)")
+        return None
+
 
 def _khatri_rao(mats):
     """Column-wise Kronecker product, first factor slowest: (Π M_d, N)."""
@@ -151,11 +162,8 @@ def _register(feature_cls, kernel_cls, combine_kuu, combine_kuf):
     def _kuu(feature, kernel):
         feature._check_kernel(kernel, kernel_cls)
         out = combine_kuu(tuple(Kuu(f, k) for f, k in zip(feature.features, kernel.kernels)))
-        warn_float32(out.dtype, feature_cls is KroneckerFeatures and any(
-            isinstance(f, InducingPoints) for f in feature.features),
-            "KroneckerFeatures of InducingPoints in float32: each factor carries float32's jitter, so Kuu's "
-            "condition number reaches 1/ε² ≈ 1e10 and the collapsed bound was measured up to 10% above the exact "
-            "log marginal likelihood (ℓ ≥ 5)")
+        limit = feature._float32_limit()
+        warn_float32(out.dtype, limit is not None, limit)
         return out
 
     @Kuf.register(feature_cls, kernel_cls)
