@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 from .fourier import FourierFeatures
-from .fourier_statistics import _mesh, _projection_pass, _select_columns, _spec, _statistics_pass
+from .fourier_statistics import _check_x_shape, _mesh, _projection_pass, _select_columns, _spec, _statistics_pass
 
 try:
     import dask
@@ -92,9 +92,7 @@ def _rows_of(X, y, columns, D, *, target=True):
         if X.ndim and len(X) != y.shape[0]:
             raise ValueError(f"X has {len(X)} rows but y has {y.shape[0]}")
         X = da.from_array(X, chunks=(y.chunks[0],) + X.shape[1:])
-    shape = tuple(X.shape)
-    if not (len(shape) == 2 and shape[1] == D) and not (len(shape) == 1 and D == 1):
-        raise ValueError(f"X must have shape (N, {D}) for {D} Fourier feature dimension(s), got shape {shape}")
+    shape = _check_x_shape(X, D)
     if len(shape) == 1:
         X = X[:, None]
     if X.numblocks[1] > 1:

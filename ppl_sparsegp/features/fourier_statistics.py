@@ -112,14 +112,19 @@ def _rows(X, start, stop, D):
     return block.reshape(-1, 1) if block.ndim == 1 and D == 1 else block
 
 
-def _check_shapes(features, X, y):
-    D = len(features)
+def _check_x_shape(X, D):
+    """X of shape (N, D), or (N,) for D = 1 (in memory or Dask); returns the shape."""
     shape = tuple(getattr(X, "shape", ()))
     if not (len(shape) == 2 and shape[1] == D) and not (len(shape) == 1 and D == 1):
         hint = (" (for a DataFrame, name its covariate columns with columns=[...] and the target with "
                 "y='name')") if hasattr(X, "columns") else ""
         raise ValueError(f"X must have shape (N, {D}) for {D} Fourier feature dimension(s), got shape "
                          f"{shape}{hint}")
+    return shape
+
+
+def _check_shapes(features, X, y):
+    shape = _check_x_shape(X, len(features))
     if y is not None:
         yshape = tuple(getattr(y, "shape", ()))
         if len(yshape) != 1:
@@ -128,7 +133,7 @@ def _check_shapes(features, X, y):
             raise ValueError(f"X has {shape[0]} rows but y has {yshape[0]}")
     if shape[0] < 1:
         raise ValueError("X has no rows")
-    return shape[0], D
+    return shape[0], len(features)
 
 
 def _check_box(features, Xb, start, name="X", where=""):
