@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.py"))
-# own_model runs NUTS on two user models: ~50 s even at QUICK size (most of it NumPyro's eager model
-# initialisation, ~300 small XLA compilations per new model), so it runs with the slow tests; so do hkd
+# own_model runs NUTS on two user models: 22 s even at QUICK size (32 s before VFF's Kuf became a
+# program constant; most of it compilation, ~200-300 small XLA compilations per new model in NumPyro's
+# eager initialisation), so it runs with the slow tests; so do hkd
 # (14 s) and srf (11 s), whose families test_harmonic.py and test_random_fourier.py / test_stein.py
 # check against dense computations in the fast suite (which has to stay under 6 minutes on 2 cores)
 SLOW = {"own_model", "hkd", "srf"}
