@@ -89,7 +89,7 @@ def _flatten(samples: dict) -> dict:
 def _model_inputs(X):
     """X as the model receives it (a Grid stays a Grid: its Kronecker paths) and its number of rows."""
     X = X if isinstance(X, Grid) else jnp.asarray(X)
-    return X, (X.points() if isinstance(X, Grid) else X).shape[0]
+    return X, X.shape[0]  # a Grid's shape is that of its points, without forming them
 
 
 def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=None, coords=None,
