@@ -38,9 +38,10 @@ class Dense(LinearOperator):
         chol = jnp.linalg.cholesky(matrix)
         message = (f"Dense: matrix ({n}x{n}) is not positive definite (Cholesky failed); "
                    f"pass a larger jitter= (e.g. 1e-6 times the mean diagonal) or check the matrix")
-        if is_concrete(matrix) and not _all_finite(chol):
+        if not is_concrete(chol):
+            check_value(chol, lambda a: None if np.all(np.isfinite(a)) else message)  # traced: debug mode
+        elif not _all_finite(chol):
             raise np.linalg.LinAlgError(message)
-        check_value(chol, lambda a: None if np.all(np.isfinite(a)) else message)  # traced: debug mode
         self._set(matrix=matrix, chol=chol)
 
     @classmethod
