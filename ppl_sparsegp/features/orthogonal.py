@@ -145,6 +145,22 @@ def _rule_inputs(cls, x, lengthscale, tolerance, quantile):
     return x, float(lo)
 
 
+def _fewest_resolving(build, kernel, x, M, tolerance, max_features, refusal):
+    """The fewest features of a ``from_data`` size rule: the residual 1 − Σ_{m<M'} K_uf[m](x)²/v (kernel
+    of variance 1) at 257 quantiles of x (the extremes included) only decreases with M', and the first M'
+    functions of ``build(M)`` do not depend on M, so one evaluation at an upper bound (doubled from M up
+    to ``max_features``) gives every M'. ``refusal(worst)`` is the error message when ``max_features``
+    functions still leave ``worst`` unresolved."""
+    points = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]
+    while True:
+        worst = np.max(1.0 - np.cumsum(np.asarray(Kuf(build(M), kernel, points)) ** 2, axis=0), axis=1)
+        if worst[-1] <= tolerance:
+            return int(np.argmax(worst <= tolerance)) + 1  # worst[j]: after j + 1 functions
+        if M >= max_features:
+            raise ValueError(refusal(worst[-1]))
+        M = min(2 * M, max_features)
+
+
 def hermite_unresolved(lengthscale: float, input_scale: float, num_features: int) -> float:
     r"""The fraction of the SE prior variance, averaged over inputs :math:`\mathcal N(c, \sigma_p^2)`,
     that M Hermite features leave unresolved: :math:`B^M` (:meth:`HermiteFeatures.from_data`)."""
@@ -217,21 +233,15 @@ class HermiteFeatures(InducingFeature):
         """
         x, lo = _rule_inputs(cls, x, lengthscale, tolerance, quantile)
         centre, scale, kernel = float(np.mean(x)), float(np.std(x)), SquaredExponential(1.0, lo)
-        points = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]
         M = max(2, math.ceil(math.log(tolerance) / math.log(hermite_unresolved(lo, scale, 1))))
-        while True:
-            K = np.asarray(Kuf(cls(M, scale, centre), kernel, points))
-            worst = np.max(1.0 - np.cumsum(K**2, axis=0), axis=1)  # after 1, 2, ..., M features
-            if worst[-1] <= tolerance:
-                return cls(int(np.argmax(worst <= tolerance)) + 1, input_scale=scale, centre=centre)
-            if M >= max_features:
-                raise ValueError(
-                    f"HermiteFeatures.from_data: {max_features} features leave {worst[-1]:.3g} of the prior "
-                    f"variance unresolved at the outermost inputs (tolerance {tolerance:g}; inputs from "
-                    f"{x.min():.4g} to {x.max():.4g} around {centre:.4g} ± {scale:.4g}): Hermite features "
-                    f"resolve a band around the centre, and these inputs have heavy tails. Use "
-                    f"FourierFeatures.from_data (a box over the data), or raise max_features or tolerance")
-            M = min(2 * M, max_features)
+        M = _fewest_resolving(
+            lambda M: cls(M, scale, centre), kernel, x, M, tolerance, max_features,
+            lambda worst: f"HermiteFeatures.from_data: {max_features} features leave {worst:.3g} of the prior "
+                          f"variance unresolved at the outermost inputs (tolerance {tolerance:g}; inputs from "
+                          f"{x.min():.4g} to {x.max():.4g} around {centre:.4g} ± {scale:.4g}): Hermite features "
+                          f"resolve a band around the centre, and these inputs have heavy tails. Use "
+                          f"FourierFeatures.from_data (a box over the data), or raise max_features or tolerance")
+        return cls(M, input_scale=scale, centre=centre)
 
     @property
     def num_features(self):
@@ -413,21 +423,18 @@ class TrigonometricFeatures(InducingFeature):
         a_hi = float(w[np.argmax(1.0 - mass <= 0.5 * tolerance)])
         band, centre = a_hi, 0.5 * (float(x.min()) + float(x.max()))
         reach = float(np.max(np.abs(x - centre)))
-        points = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]
         M = min(max_features, max(3, math.ceil(2.0 * band * reach / math.pi) + 3))
-        while True:
-            f = cls(M, band, basis=basis, num_quadrature=quadrature_nodes(band, reach, M), centre=centre)
-            worst = np.max(1.0 - np.cumsum(np.asarray(Kuf(f, k, points)) ** 2, axis=0), axis=1)
-            if worst[-1] <= tolerance:
-                M = int(np.argmax(worst <= tolerance)) + 1
-                return cls(M, band, basis=basis, num_quadrature=quadrature_nodes(band, reach, M), centre=centre,
-                           **options)
-            if M >= max_features:
-                raise ValueError(
-                    f"TrigonometricFeatures.from_data: {max_features} features leave {worst[-1]:.3g} of the prior "
-                    f"variance unresolved (tolerance {tolerance:g}, band {band:.4g}, inputs within "
-                    f"{reach:.4g} of {centre:.4g}); raise max_features or tolerance")
-            M = min(2 * M, max_features)
+
+        def build(M, **options):
+            return cls(M, band, basis=basis, num_quadrature=quadrature_nodes(band, reach, M), centre=centre,
+                       **options)
+
+        M = _fewest_resolving(
+            build, k, x, M, tolerance, max_features,
+            lambda worst: f"TrigonometricFeatures.from_data: {max_features} features leave {worst:.3g} of the "
+                          f"prior variance unresolved (tolerance {tolerance:g}, band {band:.4g}, inputs within "
+                          f"{reach:.4g} of {centre:.4g}); raise max_features or tolerance")
+        return build(M, **options)
 
     @property
     def num_features(self):
