@@ -18,6 +18,7 @@ A benchmark ``python -m inference.benchmarks.<name> [--quick] ...``
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -130,7 +131,7 @@ class Clock:
 
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
-_compile_s = [0.0, False]  # JAX's tracing, lowering and compilation seconds so far; listening yet
+_compile_s = [0.0]  # JAX's tracing, lowering and compilation seconds so far (once :func:`clock` listens)
 
 
 def _count_compilation(event, duration, **kwargs):
@@ -138,16 +139,19 @@ def _count_compilation(event, duration, **kwargs):
         _compile_s[0] += duration
 
 
+@functools.cache
+def _listen():
+    import jax
+
+    jax.monitoring.register_event_duration_secs_listener(_count_compilation)
+
+
 @contextmanager
 def clock():
     """``with clock() as c: ...`` then ``c.wall``, ``c.cpu``: wall-clock and process CPU seconds, and
     ``c.compile``: the seconds JAX spent tracing, lowering and compiling in the block (its monitoring
     events; single-threaded, so CPU seconds too)."""
-    import jax
-
-    if not _compile_s[1]:
-        jax.monitoring.register_event_duration_secs_listener(_count_compilation)
-        _compile_s[1] = True
+    _listen()
     c, w0, c0, k0 = Clock(), time.perf_counter(), time.process_time(), _compile_s[0]
     try:
         yield c
