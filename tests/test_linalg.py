@@ -78,7 +78,7 @@ def cases():
                                  (g.normal(3, 3), g.normal(4, 2))),
         # 2x2 blocks: the 3-column right-hand sides take the inverse-factor path, vectors the solve path
         "stacked": StackedBlockDiag(np.stack([g.spd(2) for _ in range(4)])),
-        # VFF's Matérn-3/2 Kuu: one column on rows 0-3, one on rows 4-6, a zero row (the diagonal-capacitance path)
+        # like VFF's Matérn-3/2 Kuu: one column on rows 0-2, the other on rows 4-6, row 3 zero (diagonal capacitance)
         "dplr_disjoint": DiagPlusLowRank(g.positive(7), g.normal(7, 2) * np.array([[1, 0]] * 3 + [[0, 0]] + [[0, 1]] * 3),
                                          disjoint=True),
     }
