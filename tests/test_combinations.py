@@ -51,8 +51,9 @@ def test_grid_conditional_computes_no_basis_per_gradient():
     from ppl_sparsegp.grid import Grid
 
     f, grid = KroneckerFeatures([F1, F2]), Grid([jnp.linspace(0.0, 1.0, 5), jnp.linspace(0.0, 1.0, 4)])
-    q = np.linspace(-1.0, 1.0, 7 * 4)  # whitened: 5 + 2 and 3 + 1 columns of the square roots (ν = 3/2, 1/2)
-    mean = lambda ell: psg.conditional(f, psg.Product([psg.Matern32(1.2, ell), K2]), grid, q, whiten=True)[0]  # noqa: E731
+    kernel = lambda ell: psg.Product([psg.Matern32(1.2, ell), K2])  # noqa: E731
+    q = np.linspace(-1.0, 1.0, psg.Kuu(f, kernel(0.4)).sqrt_cols)  # whitened
+    mean = lambda ell: psg.conditional(f, kernel(ell), grid, q, whiten=True)[0]  # noqa: E731
     eqns = jax.make_jaxpr(mean)(0.4).jaxpr.eqns
     assert not any(e.primitive.name in ("cos", "sin") for e in eqns)
     np.testing.assert_allclose(jax.jit(mean)(0.4), mean(0.4), rtol=1e-12)

@@ -38,15 +38,15 @@ def random_q(n):
 
 
 @jax.jit
-def _whitened_and_centred(feature, X, m, S):
+def _whitened_and_centred(feature, X, m, S, kernel=KERNEL):
     """q(v) = N(m, S) whitened and q(u) = N(Rm, RSRᵀ) centred, with q_cov and without, in one compilation
     per feature type; also R."""
-    R = psg.Kuu(feature, KERNEL).sqrt()
+    R = psg.Kuu(feature, kernel).sqrt()
     u, S_u = R @ m, R @ S @ R.T
-    return {"white": conditional(feature, KERNEL, X, m, Dense(S), whiten=True),
-            "white_no_q": conditional(feature, KERNEL, X, m, whiten=True),
-            "centred": conditional(feature, KERNEL, X, u, Dense(S_u), whiten=False),
-            "centred_no_q": conditional(feature, KERNEL, X, u, whiten=False), "R": R}
+    return {"white": conditional(feature, kernel, X, m, Dense(S), whiten=True),
+            "white_no_q": conditional(feature, kernel, X, m, whiten=True),
+            "centred": conditional(feature, kernel, X, u, Dense(S_u), whiten=False),
+            "centred_no_q": conditional(feature, kernel, X, u, whiten=False), "R": R}
 
 
 def test_default_equals_dense_computation():
@@ -71,14 +71,17 @@ def test_default_equals_dense_computation():
     np.testing.assert_allclose(out["centred_no_q"][1][12:], 0.0, atol=1e-8)
 
 
-@pytest.mark.parametrize("feature", [InducingPoints(Z), FourierFeatures(-0.5, 1.5, 4)], ids=["points", "vff"])
-def test_whitened_equals_centred(feature):
-    """u = R v with R Rᵀ = Kuu (VFF: R is 7 × 9, so v has more coordinates than u):
-    conditional(v ~ N(m, S), whiten=True) = conditional(u ~ N(Rm, RSRᵀ), whiten=False), with q_cov and
-    without. Relative 1e-9: both sides solve with the same Kuu (condition number 34 and 18)."""
-    m, S = random_q(feature.num_features + (2 if isinstance(feature, FourierFeatures) else 0))
-    out = _whitened_and_centred(feature, XZ, m, S)
-    assert out["R"].shape == (feature.num_features, len(m))
+@pytest.mark.parametrize("feature, kernel", [(InducingPoints(Z), KERNEL), (FourierFeatures(-0.5, 1.5, 4), KERNEL),
+                                             (FourierFeatures(-0.5, 1.5, 4), psg.Matern52(VARIANCE, LENGTHSCALE))],
+                         ids=["points", "vff", "vff-wide"])
+def test_whitened_equals_centred(feature, kernel):
+    """u = R v with R Rᵀ = Kuu (VFF with Matérn-3/2: R = D^½(I + GGᵀ)^½, 7 × 7; with Matérn-5/2 R is
+    7 × 10, so v has more coordinates than u): conditional(v ~ N(m, S), whiten=True) =
+    conditional(u ~ N(Rm, RSRᵀ), whiten=False), with q_cov and without. Relative 1e-9: both sides
+    solve with the same Kuu (condition number 34 and 18)."""
+    m, S = random_q(psg.Kuu(feature, kernel).sqrt_cols)
+    out = _whitened_and_centred(feature, XZ, m, S, kernel)
+    assert out["R"].shape == (feature.num_features, feature.num_features + (3 if kernel.nu == 2.5 else 0))
     for a, b in [(out["white"], out["centred"]), (out["white_no_q"], out["centred_no_q"])]:
         np.testing.assert_allclose(a[0], b[0], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(a[1], b[1], rtol=1e-9, atol=1e-12)
@@ -89,10 +92,12 @@ def test_kronecker_override_on_a_grid_equals_the_default():
     (M × N) Kuf); on the grid's points it must agree with the default, whitened and centred (axes of
     different lengths: the override's q_cov term used to pair the axes' columns and fail)."""
     feature = KroneckerFeatures([FourierFeatures(-1.0, 2.0, 2), FourierFeatures(-1.0, 2.0, 2)])
-    kernel = psg.Product([psg.Matern12(1.3, 0.5), psg.Matern32(0.8, 0.3)])
+    kernel = psg.Product([psg.Matern12(1.3, 0.5), psg.Matern52(0.8, 0.3)])
     grid = Grid([np.linspace(0.0, 1.0, 4), np.linspace(0.1, 0.9, 3)])
     assert conditional.dispatch(feature) is not conditional.default
-    sizes = {True: 4 * 5, False: 3 * 3}  # (M_d + rank_d) per axis whitened, M_d centred
+    Kmm = psg.Kuu(feature, kernel)
+    sizes = {True: Kmm.sqrt_cols, False: Kmm.size}  # whitened 3 · 6 (Matérn-5/2's R = [D^½, B]), centred 3 · 3
+    assert sizes == {True: 18, False: 9}
     qs = {w: random_q(n) for w, n in sizes.items()}
 
     @jax.jit

@@ -15,7 +15,7 @@ from ppl_sparsegp import diagnostics
 from ppl_sparsegp.likelihoods import Gaussian
 
 N, M = 20, 5
-CHAINS, DRAWS = 2, 100
+CHAINS, DRAWS = 2, 200
 EXTRA = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size", "potential_energy")
 
 
@@ -168,7 +168,7 @@ def test_summary_has_rhat_and_matches_posterior(mcmc_fit):
         np.testing.assert_allclose(table.loc[name, "mean"], idata.posterior[name].values.mean(),
                                    atol=1e-3)  # the summary rounds to 3 decimals
     r_hat = table["r_hat"].to_numpy()
-    assert np.all(np.isfinite(r_hat)) and np.all(r_hat < 1.2)  # 2 × 100 draws of a 3-parameter posterior
+    assert np.all(np.isfinite(r_hat)) and np.all(r_hat < 1.2)  # 2 × 200 draws of a 3-parameter posterior (at 2 × 100 R-hat reached 1.23 by chance)
 
 
 def test_save_load_round_trip(mcmc_fit, svi_fit, tmp_path):

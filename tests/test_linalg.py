@@ -98,7 +98,7 @@ def _evaluate(op, inp):
            "diagonal": op.diagonal(), "inv_quad": op.inv_quad(inp["v"]),
            "matmul_op": op @ inp["M"], "inv_diagonal": op._inv_diagonal()}
     for method, keys in [("matmul", "vM"), ("solve", "vM"), ("whiten", "vM"),
-                         ("sqrt_rmatmul", "vM"), ("sqrt_matmul", "wW")]:
+                         ("sqrt_rmatmul", "vM"), ("sqrt_matmul", "wW"), ("solve_sqrt", "wW")]:
         for k in keys:
             out[f"{method}_{k}"] = getattr(op, method)(inp[k])
     for kind in TRACE_KINDS:
@@ -185,6 +185,26 @@ def test_sqrt_rmatmul(res):
     op, inp, out = res
     close(out["sqrt_rmatmul_v"], out["sqrt"].T @ inp["v"])
     close(out["sqrt_rmatmul_M"], out["sqrt"].T @ inp["M"])
+
+
+def test_solve_sqrt(res):
+    """K⁻¹ R V (the weights of whitened inducing values), against a dense solve."""
+    op, inp, out = res
+    K, R = out["dense"], out["sqrt"]
+    for k in "wW":
+        close(out[f"solve_sqrt_{k}"], np.linalg.solve(K, R @ inp[k]))
+
+
+def test_disjoint_root_is_square_and_d_half_times_symmetric():
+    """With disjoint columns R = D^½(I + GGᵀ)^½: square, and D^{-½} R symmetric (checked densely)."""
+    op = cases()["dplr_disjoint"]
+    R = np.asarray(op.sqrt())
+    assert R.shape == (7, 7) and op.sqrt_cols == 7
+    S = R / np.sqrt(np.asarray(op.d))[:, None]
+    close(S, S.T)
+    G = np.asarray(op.B) / np.sqrt(np.asarray(op.d))[:, None]
+    w, U = np.linalg.eigh(np.eye(7) + G @ G.T)
+    close(S, U @ np.diag(np.sqrt(w)) @ U.T)
 
 
 def test_whiten(res):

@@ -20,18 +20,21 @@ def _lp(model, args, values):
     return float(jax.jit(lambda v: log_density(model, args, {}, v)[0])(values))
 
 
-@pytest.mark.parametrize("kind", ["1d", "kronecker"])
+@pytest.mark.parametrize("kind", ["1d", "1d-wide", "kronecker"])
 def test_whitened_and_centred_targets_agree(kind):
-    """u = R v with R = [D^½, B] non-square: (v₁, v₂) ↦ (u, v₂) is a bijection with Jacobian |D|^½, so
-    log p_w(v) = log p_c(u = Rv) + log N(v₂ | Bᵀ Kuu⁻¹ u, I − Bᵀ Kuu⁻¹ B) + ½ log|D| (the same
-    posterior over u). Checked at random (θ, v) with every term computed densely."""
+    """The same posterior over u, whitened or centred. Matérn-3/2 ("1d"): R = D^½(I + GGᵀ)^½ is square,
+    so log p_w(v) = log p_c(u = Rv) + log|det R|. Matérn-5/2 ("1d-wide"): R = [D^½, B] is not square and
+    (v₁, v₂) ↦ (u, v₂) is a bijection with Jacobian |D|^½, so log p_w(v) = log p_c(u = Rv) + log N(v₂ |
+    Bᵀ Kuu⁻¹ u, I − Bᵀ Kuu⁻¹ B) + ½ log|D|. Kronecker: the general formula below. Checked at random
+    (θ, v) with every term computed densely."""
     rng = np.random.default_rng(0)
-    if kind == "1d":
+    if kind.startswith("1d"):
         feature = FourierFeatures(-1.0, 2.0, 5)
-        kernel_t = psg.Matern32(variance=dist.LogNormal(0, 1), lengthscale=dist.LogNormal(-1, 1))
+        cls = psg.Matern32 if kind == "1d" else psg.Matern52
+        kernel_t = cls(variance=dist.LogNormal(0, 1), lengthscale=dist.LogNormal(-1, 1))
         X = jnp.asarray(rng.uniform(0, 1, (30, 1)))
         theta = {"kernel_variance": 1.3, "kernel_lengthscale": 0.4}
-        kernel = psg.Matern32(1.3, 0.4)
+        kernel = cls(1.3, 0.4)
     else:
         feature = KroneckerFeatures([FourierFeatures(-1.0, 2.0, 3)] * 2)
         kernel_t = psg.Product([psg.Matern32(variance=dist.LogNormal(0, 1), lengthscale=0.3),
@@ -50,8 +53,12 @@ def test_whitened_and_centred_targets_agree(kind):
     u = R @ v
     lw = _lp(gw.model, (X, y), {**theta, "f_v": jnp.asarray(v)})
     lc = _lp(gc.model, (X, y), {**theta, "f_u": jnp.asarray(u)})
-    # v = P (v₁, v₂) where the columns of R split into a square invertible part and the rest
     if kind == "1d":
+        assert R.shape == (M, M)
+        np.testing.assert_allclose(lw - lc, np.linalg.slogdet(R)[1], rtol=1e-9, atol=1e-8)
+        return
+    # v = P (v₁, v₂) where the columns of R split into a square invertible part and the rest
+    if kind == "1d-wide":
         D_half, Bm = R[:, :M], R[:, M:]
         v2 = v[M:]
         logdet_half = np.linalg.slogdet(D_half)[1]

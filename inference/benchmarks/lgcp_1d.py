@@ -14,8 +14,8 @@ exp(f + c):
 * **VFF**: ``spectral_gp("f", FourierFeatures(a, b, M), Matern32(σ², ℓ), x)`` with 2M − 1 = m, the box of
   :meth:`FourierFeatures.from_data` at ℓ_min (3 ℓ_min beyond the data); with ``--square`` also
   ``VFF square``, which whitens through
-  the square Cholesky factor of Kuu instead of VFF's R = [D^½, B] (M × (M + 2)), to measure what the
-  two extra directions cost NUTS.
+  the lower Cholesky factor of Kuu (dense) instead of VFF's closed-form square root D^½(I + GGᵀ)^½
+  (the two are the same prior; they differ in the coordinates NUTS moves in).
 
 NUTS runs 2 chains × (300 warm-up + 600 draws) per fit, one after another, and each model is fit with
 ``--seeds`` (5) seeds, every fit in a fresh process pinned to the same core: it pays the compilation a

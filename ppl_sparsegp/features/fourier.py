@@ -9,8 +9,9 @@ variables are RKHS projections :math:`u_m = \langle\phi_m, f\rangle_{\mathcal H}
   :math:`(x - \text{edge})\,\omega_m e^{-\lambda r}\cdots`, which makes Kuf C¹ at the edges);
 * :math:`K_{uu} = \operatorname{diag}(\boldsymbol\alpha) + \sum_{k\le K}\boldsymbol\beta_k
   \boldsymbol\beta_k^\top` with K = 1, 2, 3 for ν = 1/2, 3/2, 5/2 [1, eqs. 62–64, App. B], returned as a
-  :class:`~ppl_sparsegp.linalg.DiagPlusLowRank` operator, so solves cost O(MK²) and the whitening factor
-  is :math:`R = [D^{1/2}, B]` (M × (M + K)).
+  :class:`~ppl_sparsegp.linalg.DiagPlusLowRank` operator, so solves cost O(MK²). The whitening factor is
+  square for ν = 1/2, 3/2, whose β columns have disjoint supports: :math:`R = D^{1/2}(I + GG^\top)^{1/2}`,
+  :math:`G = D^{-1/2}B`, in closed form; for ν = 5/2 it is :math:`R = [D^{1/2}, B]` (M × (M + 3)).
 
 With :math:`s(\omega)` the 1-D spectral density (library convention), :math:`\lambda = \sqrt{2\nu}/\ell`,
 :math:`\sigma^2` the variance: :math:`\boldsymbol\alpha = \frac{b-a}{2}[2/s(0), 1/s(\omega_{1..}),

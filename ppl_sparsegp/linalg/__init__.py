@@ -7,10 +7,10 @@ concrete (non-traced) values.
 
 Each operator provides ``matmul``, ``solve``, ``logdet``, ``diagonal``, ``inv_quad``, ``trace_solve`` and
 a square-root factor :math:`R` with :math:`R R^\\top = K`, which may be non-square (``n x n'`` with
-``n' = sqrt_cols``), used through ``sqrt_matmul`` (:math:`R V`), ``sqrt_rmatmul`` (:math:`R^\\top X`)
-and ``whiten`` (:math:`R^\\top K^{-1} B`). Only :meth:`LinearOperator.to_dense` and
-:meth:`LinearOperator.sqrt` form dense matrices; an operation a structure cannot do fast raises
-``NotImplementedError`` instead of densifying silently.
+``n' = sqrt_cols``), used through ``sqrt_matmul`` (:math:`R V`), ``sqrt_rmatmul`` (:math:`R^\\top X`),
+``whiten`` (:math:`R^\\top K^{-1} B`) and ``solve_sqrt`` (:math:`K^{-1} R V`). Only
+:meth:`LinearOperator.to_dense` and :meth:`LinearOperator.sqrt` form dense matrices; an operation a
+structure cannot do fast raises ``NotImplementedError`` instead of densifying silently.
 
 One file per structure: :mod:`.base` (the :class:`LinearOperator` interface), :mod:`.dense` (:class:`Dense`,
 :class:`StackedBlockDiag`), :mod:`.diagonal` (:class:`Diagonal`, :class:`Identity`), :mod:`.low_rank`

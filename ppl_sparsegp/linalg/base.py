@@ -146,6 +146,13 @@ class LinearOperator(Module):
         """
         return self.sqrt_rmatmul(self.solve(B))
 
+    def solve_sqrt(self, V):
+        """:math:`K^{-1} R V` for ``V`` of shape ``(n',)`` or ``(n', k)``: the weights of whitened inducing
+        variables (:math:`u = R v`, so :math:`K_{fu}K^{-1}u = K_{fu}` ``solve_sqrt(v)``); for a square R
+        it is :math:`R^{-\\top} V`, and a structure with a cheaper form than ``solve(sqrt_matmul(V))``
+        overrides it."""
+        return self.solve(self.sqrt_matmul(V))
+
     def inv_quad(self, b):
         """:math:`b^\\top K^{-1} b` (a scalar for ``b`` of shape ``(n,)``, per column for ``(n, k)``)."""
         b = _check_rhs(self, b, self.size, "inv_quad", "b")

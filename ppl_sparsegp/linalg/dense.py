@@ -91,6 +91,11 @@ class Dense(LinearOperator):
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return self.chol.T @ X
 
+    def solve_sqrt(self, V):
+        """:math:`K^{-1} L V = L^{-\\top} V` (one triangular solve)."""
+        V = _check_rhs(self, V, self.size, "solve_sqrt", "V")
+        return solve_triangular(self.chol, V, lower=True, trans="T")
+
     def whiten(self, B):
         """:math:`R^\\top K^{-1} B = L^{-1} B` (one triangular solve)."""
         B = _check_rhs(self, B, self.size, "whiten")

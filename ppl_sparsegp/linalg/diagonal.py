@@ -57,6 +57,10 @@ class Diagonal(LinearOperator):
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return _bcast(jnp.sqrt(self.d), X) * X
 
+    def solve_sqrt(self, V):
+        V = _check_rhs(self, V, self.size, "solve_sqrt", "V")
+        return V / _bcast(jnp.sqrt(self.d), V)
+
     def whiten(self, B):
         """:math:`D^{1/2} D^{-1} B = D^{-1/2} B`."""
         B = _check_rhs(self, B, self.size, "whiten")
