@@ -71,10 +71,10 @@ def projected_mean(feature, kernel, X, q_mu, *, whiten: bool, Kmm=None):
 # measured); under a trace (NUTS, SVI) they are inlined.
 @partial(jax.jit, static_argnums=3)
 def _mean_of(Kmm, Kmn, q_mu, whiten):
-    # Eq. (26) [1]: mean = Aᵀ q_mu = K_fu K_uu⁻¹ u with u = R v (whitened): one solve of a vector, so a
-    # caller that uses only the mean (the projected process) never pays for the M × N solve in A
-    # as (Wᵀ Kuf)ᵀ, not Kfu W: XLA:CPU then keeps Kuf's (M, N) layout and does a row-vector product both
-    # ways, a quarter less time per NUTS gradient than a matrix-vector one (measured, lgcp_1d, 31 features)
+    # Eq. (26) [1]: mean = Aᵀ q_mu = K_fu W with W = K_uu⁻¹ u, u = R v whitened (solve_sqrt): a vector's
+    # solve, so a caller that uses only the mean (the projected process) never pays for the M × N solve
+    # in A. Written (Wᵀ Kuf)ᵀ, not Kfu W: XLA:CPU then keeps Kuf's (M, N) layout and does a row-vector
+    # product both ways, a quarter less time per NUTS gradient (measured, lgcp_1d, 31 features)
     W = Kmm.solve_sqrt(q_mu) if whiten else Kmm.solve(q_mu)
     return (W.T @ Kmn).T
 

@@ -109,7 +109,7 @@ class DiagPlusLowRank(LinearOperator):
     def _symmetric_root(self, X, sign):
         r""":math:`(I + G G^\top)^{\pm 1/2} X` (disjoint columns; ``sign`` ±1): see the class docstring."""
         G = self.B / jnp.sqrt(self.d)[:, None]
-        rho = jnp.sqrt(self._capacitance_diag())  # ρ_j² = 1 + ‖g_j‖² = C_jj
+        rho = jnp.sqrt(1.0 + jnp.sum(G * G, axis=0))  # ρ_j² = 1 + ‖g_j‖² (C_jj, from G: no second pass over B)
         beta = 1.0 / (1.0 + rho) if sign > 0 else -1.0 / (rho * (1.0 + rho))
         return X + self._B(_bcast(beta, X) * self._Bt(X, G), G)
 
