@@ -19,17 +19,16 @@ exp(f + c):
 
 NUTS runs 2 chains × (300 warm-up + 600 draws) per fit, one after another, and each model is fit with
 ``--seeds`` (20) seeds, every fit in a fresh process pinned to the same core: it pays the compilation a
-user pays in a new session, and min bulk ESS varies by about ±40% between seeds (the VFF/HSGP ratio
-of medians at 61 basis functions was 0.86 over seeds 0–4, 1.08 over seeds 0–9 and 0.90 over seeds
-10–19), so the table gives medians over the seeds (the per-seed figures are in the JSON). Per row: min bulk ESS per
-CPU-second (process time of the fit, compilation included; the seconds of it JAX spent tracing and compiling, and
-min bulk ESS per CPU-second of the rest, the sampling), ms per gradient (timed apart from compilation),
-leapfrog steps per draw, R-hat, the hyperparameters' distance to the exact posterior (|mean − exact
-mean| / exact sd, the mean over the seeds' posterior means) and the posterior intensity curve's largest
-distance to the exact one, max over bins of |E λ − E_exact λ| / sd_exact(λ). The exact GP (its N × N
-Cholesky per gradient makes it the slow part: 451 CPU s) is run once and stored in the results JSON;
-``--exact`` re-runs it. Writes
-``inference/benchmarks/results/lgcp_1d.json``.
+user pays in a new session, and min bulk ESS varies by about ±40% between seeds (the VFF/HSGP ratio of
+medians at 61 basis functions was 0.86 over seeds 0–4, 1.08 over seeds 0–9 and 0.90 over seeds 10–19), so
+the table gives medians over the seeds (the per-seed figures are in the JSON). Per row: min bulk ESS per
+CPU-second (process time of the fit, compilation included; the seconds of it JAX spent tracing and
+compiling, and min bulk ESS per CPU-second of the rest, the sampling), ms per gradient (timed apart from
+compilation), leapfrog steps per draw, R-hat, the hyperparameters' distance to the exact posterior
+(|mean − exact mean| / exact sd, the mean over the seeds' posterior means) and the posterior intensity curve's
+largest distance to the exact one, max over bins of |E λ − E_exact λ| / sd_exact(λ). The exact GP (its
+N × N Cholesky per gradient makes it the slow part: 451 CPU s) is run once and stored in the results JSON;
+``--exact`` re-runs it. Writes ``inference/benchmarks/results/lgcp_1d.json``.
 """
 from __future__ import annotations
 
