@@ -81,6 +81,11 @@ def cases():
         # like VFF's Matérn-3/2 Kuu: one column on rows 0-2, the other on rows 4-6, row 3 zero (diagonal capacitance)
         "dplr_disjoint": DiagPlusLowRank(g.positive(7), g.normal(7, 2) * np.array([[1, 0]] * 3 + [[0, 0]] + [[0, 1]] * 3),
                                          disjoint=True),
+        # VFF's 2-D Kuu and a block of them: square disjoint roots inside the structures
+        "kron_disjoint": Kronecker((DiagPlusLowRank(g.positive(3), g.normal(3, 2) * np.array([[1, 0], [1, 0], [0, 1]]),
+                                                    disjoint=True), Dense(g.spd(2)))),
+        "blockdiag_disjoint": BlockDiag((Diagonal(g.positive(2)), DiagPlusLowRank(
+            g.positive(3), g.normal(3, 2) * np.array([[1, 0], [0, 1], [0, 1]]), disjoint=True))),
     }
 
 

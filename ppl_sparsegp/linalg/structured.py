@@ -120,6 +120,11 @@ class BlockDiag(LinearOperator):
     def sqrt_rmatmul(self, X):
         return self._blockwise("sqrt_rmatmul", X, "X")
 
+    def solve_sqrt(self, V):
+        """Blockwise :math:`K_j^{-1} R_j V_j` (each block's own form: no solve for a disjoint
+        :class:`~ppl_sparsegp.linalg.DiagPlusLowRank`, one triangular solve for a Cholesky factor)."""
+        return self._blockwise("solve_sqrt", V, "V", tuple(b.sqrt_cols for b in self.blocks))
+
     def logdet(self):
         return sum(b.logdet() for b in self.blocks)
 
@@ -206,6 +211,11 @@ class Kronecker(LinearOperator):
 
     def sqrt_rmatmul(self, X):
         return self._apply("sqrt_rmatmul", X, "X")
+
+    def solve_sqrt(self, V):
+        """:math:`K^{-1} R V = (\\otimes_j K_j^{-1} R_j) V`: one pass of each factor's own form, not a
+        product and then a solve along every axis."""
+        return self._apply("solve_sqrt", V, "V", tuple(f.sqrt_cols for f in self.factors))
 
     def logdet(self):
         """:math:`\\log|K| = \\sum_j (n / n_j) \\log|K_j|`."""
