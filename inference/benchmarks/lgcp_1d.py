@@ -304,9 +304,15 @@ def main(argv=None):
     return results
 
 
-def _ratio(rows, n):
+def _pair(rows, n):
+    """(VFF row, HSGP row) at n basis functions."""
     by = {r["name"]: r for r in rows}
-    return by[f"VFF M={(n + 1) // 2}"]["min_bulk_ess_per_cpu_s"] / by[f"HSGP m={n}"]["min_bulk_ess_per_cpu_s"]
+    return by[f"VFF M={(n + 1) // 2}"], by[f"HSGP m={n}"]
+
+
+def _ratio(rows, n):
+    vff, hsgp = _pair(rows, n)
+    return vff["min_bulk_ess_per_cpu_s"] / hsgp["min_bulk_ess_per_cpu_s"]
 
 
 def _ratio_interval(rows, n, draws=10_000, seed=0):
@@ -314,9 +320,7 @@ def _ratio_interval(rows, n, draws=10_000, seed=0):
     resampled with replacement (the fits are independent), the ratio of the resampled medians."""
     import numpy as np
 
-    by = {r["name"]: r for r in rows}
-    vff = np.asarray(by[f"VFF M={(n + 1) // 2}"]["min_bulk_ess_per_cpu_s_per_seed"])
-    hsgp = np.asarray(by[f"HSGP m={n}"]["min_bulk_ess_per_cpu_s_per_seed"])
+    vff, hsgp = (np.asarray(r["min_bulk_ess_per_cpu_s_per_seed"]) for r in _pair(rows, n))
     rng = np.random.default_rng(seed)
     med = lambda x: np.median(rng.choice(x, (draws, x.size)), axis=1)  # noqa: E731
     return tuple(float(q) for q in np.percentile(med(vff) / med(hsgp), [2.5, 97.5]))
