@@ -88,3 +88,27 @@ def test_mixture_and_categorical_nlpd_against_direct_formulas(predictions):
     assert mixture_nlpd(y, means[0], variances[0]) == pytest.approx(nlpd(y, means[0], variances[0]), rel=1e-13)
     probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
     assert categorical_nlpd([0, 1], probs) == pytest.approx(-(np.log(0.7) + np.log(0.1)) / 2, rel=1e-14)
+
+
+def test_lgcp_1d_distances_to_the_exact_or_to_hsgp():
+    """|mean − reference mean| / reference sd per hyperparameter, and the intensity curve's largest
+    standardised gap, by hand; without the exact GP the reference is the group's HSGP row."""
+    from inference.benchmarks import lgcp_1d
+
+    def row(name, means, sds, lam_mean, lam_sd):
+        post = {k: {"mean": m, "sd": s} for k, m, s in zip(lgcp_1d.HYPER, means, sds)}
+        return {"name": name, "posterior": post, "intensity_mean": lam_mean, "intensity_sd": lam_sd}
+
+    exact = row("exact", [0.06, 1.0, 1.5], [0.02, 0.5, 0.4], [2.0, 4.0], [0.5, 1.0])
+    hsgp = row("HSGP m=31", [0.07, 0.9, 1.5], [0.02, 0.4, 0.4], [2.5, 4.0], [0.25, 2.0])
+    vff = row("VFF M=16", [0.065, 1.2, 1.3], [0.02, 0.5, 0.4], [2.0, 5.0], [0.5, 1.0])
+
+    with_exact = lgcp_1d.with_distances([hsgp, vff], exact)
+    assert with_exact[1]["sd_distance"] == pytest.approx({"ell": 0.25, "var": 0.4, "c": 0.5})
+    assert with_exact[1]["max_sd_distance"] == pytest.approx(0.5)
+    assert with_exact[0]["intensity_max_sd_distance"] == pytest.approx(1.0)  # (2.5 − 2) / 0.5
+
+    without = lgcp_1d.with_distances([hsgp, vff])
+    assert "sd_distance" not in without[0]
+    assert without[1]["sd_distance"] == pytest.approx({"ell": 0.25, "var": 0.75, "c": 0.5})
+    assert without[1]["intensity_max_sd_distance"] == pytest.approx(2.0)  # (2.5 − 2) / 0.25
