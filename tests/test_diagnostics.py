@@ -337,6 +337,7 @@ def test_mixture_metrics_against_direct_formulas():
     np.testing.assert_allclose(one["nlpd_joint"], one["nlpd_gaussian"], rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")  # 40 draws: k is noisy
 def test_from_mcmc_of_a_users_own_model_has_named_dims_and_a_loo_ready_log_likelihood():
     """A plain model function with spectral_gp: the inducing site gets the dim ``feature``; the
     log-likelihood group holds log N(y_n | f_n, σ²) per draw (checked against scipy at the saved draws'
