@@ -288,6 +288,9 @@ def main(argv=None):
     exact = None if args.exact or args.no_exact else _stored_exact(
         [args.out.with_suffix(".json"), harness.RESULTS / "lgcp_1d.json"], settings)
     if exact is None and not args.no_exact:
+        if args.bins > 400 and not args.exact:  # its cost grows as N³: 451 CPU s at 200 bins
+            raise SystemExit(f"lgcp_1d: no stored exact reference for {args.bins} bins, and running it would take "
+                             f"hours (an N × N Cholesky per gradient): pass --no-exact, or --exact to run it anyway")
         print("exact reference: running it (minutes; stored in the results JSON)", flush=True)
         exact = {"name": "exact", "basis": args.bins, "seed": 0, **_fit_in_fresh_process(args, "exact", args.bins, 0)}
         store.add(exact)
