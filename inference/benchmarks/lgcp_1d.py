@@ -35,9 +35,9 @@ compilation), leapfrog steps per draw, R-hat, the hyperparameters' distance to t
 largest distance to the exact one, max over bins of |E λ − E_exact λ| / sd_exact(λ). The exact GP (its
 N × N Cholesky per gradient makes it the slow part: 451 CPU s) is run once and stored in the results JSON;
 ``--exact`` re-runs it. Writes ``inference/benchmarks/results/lgcp_1d.json`` (other ``--bins``:
-``lgcp_1d_<bins>bins.json``). Longer series, where sampling rather than compilation dominates a fit, with
-``--no-exact`` (the exact GP's N × N Cholesky per gradient is then out of reach): the distances are then
-to the HSGP row at the same basis count.
+``lgcp_1d_<bins>bins.json``). Longer series with ``--no-exact`` (past 400 bins the exact GP's N × N
+Cholesky per gradient is out of reach; compilation is still most of a fit at 500 bins, sampling at 2000):
+the distances are then to the HSGP row at the same basis count.
 """
 from __future__ import annotations
 
