@@ -112,3 +112,25 @@ def test_lgcp_1d_distances_to_the_exact_or_to_hsgp():
     assert "sd_distance" not in without[0]
     assert without[1]["sd_distance"] == pytest.approx({"ell": 0.25, "var": 0.75, "c": 0.5})
     assert without[1]["intensity_max_sd_distance"] == pytest.approx(2.0)  # (2.5 − 2) / 0.25
+
+
+@pytest.mark.parametrize("M", [2, 9])
+def test_lgcp_1d_compile_layout_model_is_the_library_prior(M):
+    """The hand-written (2, M) layout of ``lgcp_1d_compile`` (closed-form Matérn-3/2 spectral terms, the
+    symmetric root's correction as one block reduction) gives the library's ``spectral_gp`` f to rounding
+    (an independent check of both); without the correction (Kuu's diagonal alone, another prior) it does not."""
+    import jax.numpy as jnp
+    import numpy as np
+    from numpyro import handlers
+
+    from inference.benchmarks import lgcp_1d, lgcp_1d_compile
+    from ppl_sparsegp import FourierFeatures
+
+    x, y = (jnp.asarray(a) for a in lgcp_1d.simulate(40))
+    feature = FourierFeatures(-0.3, 1.2, M)
+    assert lgcp_1d_compile.check_layout(feature, x, y, tol=1e-12) < 1e-12
+    values = {"ell": 0.1, "var": 0.7, "c": 0.0, "f_v": np.linspace(-1.0, 1.0, feature.num_features)}
+    f_of = lambda model: np.asarray(handlers.trace(handlers.substitute(handlers.seed(model, 0), values))  # noqa: E731
+                                    .get_trace(x, y)["f"]["value"])
+    assert np.max(np.abs(f_of(lgcp_1d_compile.layout_model(feature, x, correction=False))
+                         - f_of(lambda x, y: lgcp_1d.vff_model(x, y, feature)))) > 1e-3
