@@ -202,6 +202,15 @@ def _fit_in_fresh_process(args, name, basis, seed):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def bases(x):
+    """(L, box) for the inputs x: HSGP's boundary L = c·S, c = max(1.2, 4.5 ℓ_min/S) with S the data's half-range
+    (Riutort-Mayol et al. 2023), and VFF's box from :meth:`FourierFeatures.from_data` at ℓ_min."""
+    from ppl_sparsegp import FourierFeatures
+
+    S = 0.5 * float(x.max() - x.min())
+    return max(1.2, 4.5 * ELL_MIN / S) * S, FourierFeatures.from_data(x, ELL_MIN)
+
+
 def _models(x, y, n, L, box):
     """name -> model of the rows at n basis functions."""
     from ppl_sparsegp import FourierFeatures
@@ -262,17 +271,13 @@ def main(argv=None):
     machine = harness.setup(args, devices=args.chains if parallel and args.fit is not None else 1)
     import jax.numpy as jnp
 
-    from ppl_sparsegp import FourierFeatures
-
     args.warmup = args.warmup or (200 if args.quick else 300)
     args.samples = args.samples or (200 if args.quick else 600)
     seeds = args.seeds or (1 if args.quick else 20)
     basis = args.basis or ([31] if args.quick else [31, 61])
     x, y = simulate(args.bins)
     x, y = jnp.asarray(x), jnp.asarray(y)
-    S = 0.5 * (x.max() - x.min())
-    L = max(1.2, 4.5 * ELL_MIN / float(S)) * float(S)
-    box = FourierFeatures.from_data(x, ELL_MIN)
+    L, box = bases(x)
     kw = dict(chains=args.chains, warmup=args.warmup, samples=args.samples)
     if args.fit is not None:  # one fit, in the process the driver started: print its row
         import json
