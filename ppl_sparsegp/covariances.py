@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-__all__ = ["Dispatcher", "FeatureDispatcher", "Kuu", "Kuf", "conditional", "sufficient_statistics",
+__all__ = ["Dispatcher", "FeatureDispatcher", "Kuu", "Kuf", "kuf_basis", "conditional", "sufficient_statistics",
            "SufficientStatistics"]
 
 
@@ -95,6 +95,11 @@ whiten=False, Kmm=None, key=None) -> (mean, var): marginals of q(f(X)) for q(u) 
 p(f | u = q_mu) when q_cov is None). ``whiten=True`` reads q_mu, q_cov as the distribution of v with
 u = R v. ``key``: a PRNG key for the families that estimate Kuf by Monte Carlo (trigonometric VOF with
 a stochastic estimator); without it they use their deterministic quadrature.""")
+kuf_basis = Dispatcher("kuf_basis", r"""kuf_basis(feature, kernel, X) -> (s, Φ): Kuf = diag(s) Φ with Φ (M, N)
+free of the hyperparameters where the family allows (s is None for s = 1): a model integrating the
+inducing variables out then computes the data statistics ΦΦᵀ, Φy once. The default is (None, Kuf), which
+is concrete inside a trace exactly when Kuf does not depend on the hyperparameters (VFF inside its box);
+the periodic kernel's Fourier features register Φ = the Fourier basis, s = the kernel's coefficients.""")
 sufficient_statistics = Dispatcher("sufficient_statistics", r"""sufficient_statistics(feature, kernel, X,
 y, **options) -> SufficientStatistics of all the data (A = Kuf Kufᵀ, c = Kuf y, yᵀy, N, Kuf·1, Σy). The
 default forms Kuf; VFF registers its one-pass streaming (any array kind, chunks, NUFFT).""")
@@ -150,6 +155,12 @@ class SufficientStatistics(NamedTuple):
                              "SufficientStatistics.from_kuf")
         return self._replace(c=self.c - mean * self.f1, yy=self.yy - 2 * mean * self.ysum + mean**2 * self.n,
                              ysum=self.ysum - mean * self.n, y=None if self.y is None else self.y - mean)
+
+
+@kuf_basis.register(object, object)
+def _kuf_as_basis(feature, kernel, X):
+    """Default: Kuf itself, unscaled."""
+    return None, Kuf(feature, kernel, X)
 
 
 @sufficient_statistics.register(object, object)

@@ -89,6 +89,13 @@ def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
     """(L_B, ‖G‖²_F, W y) with G = Rᵀ Kuu⁻¹ F for a root F of A (module docstring), L_B the Cholesky
     factor of B = I + GGᵀ/σ² and W y = Rᵀ Kuu⁻¹ c. Nothing squares Kuu's condition number."""
     G = _whiten(Kmm, stats.with_root().root)  # (M', r)
+    Wy = _whiten(Kmm, stats.c) if stats.y is None else G @ stats.y
+    return capacitance_cholesky(G, noise_variance), jnp.sum(G * G), Wy
+
+
+def capacitance_cholesky(G, noise_variance):
+    r"""The lower Cholesky factor :math:`L_B` of :math:`B = I + GG^\top/\sigma^2` for G (M', r), the
+    capacitance matrix of every Woodbury identity here. Refuses an M' that cannot fit in memory."""
     _check_memory(G.shape[0], G.dtype)
     eye = jnp.eye(G.shape[0], dtype=G.dtype)
     if G.dtype == jnp.float32:
@@ -96,20 +103,28 @@ def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
         # +1.2e-2·|exact| for 200 inducing points, noise 1e-2): take L_B from the QR factor of
         # [Gᵀ/σ; I], whose RᵀR = B, at 2–4× the Gram's cost (so float64 keeps the Gram)
         R = jnp.linalg.qr(jnp.concatenate([G.T / jnp.sqrt(noise_variance), eye]), mode="r")
-        LB = (R * jnp.sign(jnp.diagonal(R))[:, None]).T
-    else:
-        LB = jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
-    Wy = _whiten(Kmm, stats.c) if stats.y is None else G @ stats.y
-    return LB, jnp.sum(G * G), Wy
+        return (R * jnp.sign(jnp.diagonal(R))[:, None]).T
+    return jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
+
+
+def woodbury_log_density(LB, Zr, n, rr, noise_variance):
+    r""":math:`\log\mathcal N(\mathbf r\mid 0, ZZ^\top + \sigma^2 I)` by Woodbury from
+    :math:`L_B` (:func:`capacitance_cholesky` of :math:`G` with :math:`GG^\top = Z^\top Z`),
+    :math:`Z^\top\mathbf r` (M', ...) and :math:`\mathbf r^\top\mathbf r` (...): with
+    :math:`\mathbf e = L_B^{-1}Z^\top\mathbf r`, :math:`-\tfrac N2\log 2\pi\sigma^2 - \sum\log L_{B,ii}
+    - \mathbf r^\top\mathbf r/2\sigma^2 + \|\mathbf e\|^2/2\sigma^4`. Trailing axes of Zr are
+    independent right-hand sides (one value each)."""
+    s2 = noise_variance
+    e = solve_triangular(LB, Zr, lower=True)
+    return (-0.5 * n * jnp.log(2 * math.pi * s2) - jnp.sum(jnp.log(jnp.diag(LB)))
+            - 0.5 * rr / s2 + 0.5 * jnp.sum(e**2, axis=0) / s2**2)  # Eq. (30) [2]
 
 
 def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):
     """The collapsed bound from sufficient statistics in O(M³) (see the module docstring)."""
     s2 = noise_variance
     LB, trace_qff, Wy = _whitened_stats(Kmm, stats, s2)
-    e = solve_triangular(LB, Wy, lower=True)
-    return (-0.5 * stats.n * jnp.log(2 * math.pi * s2) - jnp.sum(jnp.log(jnp.diag(LB)))
-            - 0.5 * stats.yy / s2 + 0.5 * jnp.sum(e**2) / s2**2  # Eq. (30) [2]
+    return (woodbury_log_density(LB, Wy, stats.n, stats.yy, s2)
             - 0.5 * jnp.maximum(sum_kff - trace_qff, 0.0) / s2)  # tr(Kff − Qff) ≥ 0
 
 

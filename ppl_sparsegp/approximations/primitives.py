@@ -44,6 +44,7 @@ import numpyro
 
 from ..conditionals import conditional, projected_mean
 from ..covariances import Kuu
+from ..features.base import current_feature
 from ..gaussian import StructuredNormal
 from ..kernels import check_inputs
 from ..linalg import Identity
@@ -127,9 +128,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     (each output's Kuu is then only a factor in its projection). Features whose Kuf does not depend on
     the hyperparameters (VFF inside its box) still compute it once: it is not batched.
     """
-    if not numpyro.primitives._PYRO_STACK:  # NumPyro's handler stack: empty outside a model's run
-        raise ValueError("spectral_gp adds sample sites: call it inside a NumPyro model run by an inference "
-                         "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
+    _require_model("spectral_gp")
+    feature = current_feature(feature)
     kernel = instantiate(kernel, f"{name}_kernel_") if free_leaves(kernel) else kernel
     _warn_tangled_lengthscale(feature, kernel)
     X = feature.check_inputs(_as_inputs(X, "X"))
@@ -147,6 +147,13 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     mean_new, var_new = project(X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _require_model(primitive: str):
+    """Refuse a primitive called outside a model's run (it adds sample sites)."""
+    if not numpyro.primitives._PYRO_STACK:  # NumPyro's handler stack: empty outside a model's run
+        raise ValueError(f"{primitive} adds sample sites: call it inside a NumPyro model run by an inference "
+                         "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
 
 
 def _warn_tangled_lengthscale(feature, kernel):

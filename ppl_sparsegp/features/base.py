@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from ..parameters import Module, is_concrete
 
-__all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning"]
+__all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "refined_features"]
 
 
 class OutsideDomainWarning(UserWarning):
@@ -50,8 +50,43 @@ def constant_kuf(X, num_features):
     return contextlib.nullcontext()
 
 
+_REFINEMENT = []  # the active refined_features contexts (how many refinements each)
+
+
+@contextlib.contextmanager
+def refined_features(times: int = 1):
+    """Run models with refined features: inside, :func:`~ppl_sparsegp.spectral_gp` and
+    :func:`~ppl_sparsegp.marginal_spectral_gp` replace each feature by :meth:`InducingFeature.refined`
+    (``times`` times), so a user's model runs unchanged with a finer approximation. The refinement check
+    (:func:`~ppl_sparsegp.diagnostics.refinement_check`) compares the posterior under it with the fit's.
+    The features are replaced when the model is traced: build (trace, compile) the model inside.
+
+    :param times: refinements to apply (≥ 1).
+    """
+    if isinstance(times, bool) or not isinstance(times, int) or times < 1:
+        raise ValueError(f"times must be a positive integer, got {times!r}")
+    _REFINEMENT.append(times)
+    try:
+        yield
+    finally:
+        _REFINEMENT.pop()
+
+
+def current_feature(feature):
+    """``feature``, refined as the active :func:`refined_features` contexts ask (itself outside them)."""
+    for _ in range(sum(_REFINEMENT)):
+        feature = feature.refined()
+    return feature
+
+
 class InducingFeature(Module):
     """Base class of inducing features (inter-domain or inducing points)."""
+
+    def refined(self) -> "InducingFeature":
+        """A finer feature of the same family (the refinement check's alternative): VFF doubles its
+        highest frequency on the same box. Families without a rule raise ``NotImplementedError``."""
+        raise NotImplementedError(f"{type(self).__name__} has no refinement rule (refined()): the refinement "
+                                  "check is available for FourierFeatures and their additive/Kronecker combinations")
 
     @property
     def num_features(self) -> int:

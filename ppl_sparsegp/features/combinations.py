@@ -42,6 +42,10 @@ class _PerDimension(InducingFeature):
             raise ValueError("features must be a non-empty sequence of 1-D InducingFeature instances")
         self._set(features=features)
 
+    def refined(self):
+        """Every dimension's feature refined (:meth:`FourierFeatures.refined`)."""
+        return type(self)([f.refined() for f in self.features])
+
     def check_inputs(self, X, name="X"):
         X = check_inputs(X, name, len(self.features))
         if not isinstance(X, Grid):

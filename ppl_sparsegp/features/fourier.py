@@ -75,7 +75,7 @@ from numpyro.distributions import Distribution
 from ..parameters import is_concrete
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import DiagPlusLowRank, Diagonal
-from ..covariances import Kuf, Kuu
+from ..covariances import Kuf, Kuu, kuf_basis
 from .base import InducingFeature, OutsideDomainWarning, constant_kuf
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "lengthscale_range"]
@@ -131,6 +131,17 @@ class FourierFeatures(InducingFeature):
     @property
     def num_features(self):
         return 2 * self.num_frequencies - 1
+
+    def refined(self) -> "FourierFeatures":
+        """The same box with twice the highest frequency (2M − 1 frequencies): it resolves lengthscales
+        half as long (:meth:`resolved_lengthscale`)."""
+        return FourierFeatures(self.a, self.b, 2 * self.num_frequencies - 1)
+
+    def resolved_lengthscale(self, nu: float = 1.5, tolerance: float = 0.01) -> float:
+        """The shortest Matérn-ν lengthscale of which these frequencies leave at most ``tolerance`` of the
+        prior variance unresolved (the inverse of the size rule :func:`frequencies_needed`)."""
+        w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
+        return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
     def omegas(self, dtype=None):
         """ω_m = 2πm/(b − a), m = 0..M−1."""
@@ -350,6 +361,16 @@ def _kuu_periodic(feature, kernel):
 
 @Kuf.register(FourierFeatures, Periodic)
 def _kuf_periodic(feature, kernel, X):
+    s, basis = _kuf_basis_periodic(feature, kernel, X)
+    return s[:, None] * basis
+
+
+@kuf_basis.register(FourierFeatures, Periodic)
+def _kuf_basis_periodic(feature, kernel, X):
+    """Kuf = diag(q) φ(x): the basis φ is free of the hyperparameters (a constant of the program for
+    concrete inputs, as VFF's inside its box)."""
     X = feature.check_inputs(X)
-    x = X[:, 0].astype(jnp.result_type(X.dtype, float))
-    return _periodic_coefficients(feature, kernel)[:, None] * feature.basis(x)
+    dtype = jnp.result_type(X.dtype, float)
+    with constant_kuf(X, feature.num_features):
+        basis = feature.basis(jnp.asarray(X[:, 0], dtype))
+    return _periodic_coefficients(feature, kernel), basis

@@ -1,0 +1,363 @@
+r"""Gaussian observations with the inducing variables integrated out, in a user's own model.
+
+``marginal_spectral_gp("y", {"trend": (vff, Matern52(...)), "season": (per, Periodic(...))}, X, y, noise)``
+adds the observed site ``y`` whose density is the model of :func:`~ppl_sparsegp.spectral_gp` plus Gaussian
+noise with every inducing variable (and an optional parametric mean's weights) integrated out exactly:
+
+.. math::
+
+    \mathbf y = H\boldsymbol\beta + \sum_j f_j(X) + \boldsymbol\varepsilon,\quad
+    f_j = K^{(j)}_{fu}K^{(j)-1}_{uu}\mathbf u_j,\ \mathbf u_j = R_j\mathbf v_j,\ \mathbf v_j\sim\mathcal N(0, I),\
+    \boldsymbol\beta\sim\mathcal N(\bar{\boldsymbol\beta}, L_\beta L_\beta^\top),\
+    \boldsymbol\varepsilon\sim\mathcal N(0,\sigma^2 I),
+
+so that with :math:`Z = [W_1^\top \cdots W_J^\top\ HL_\beta]` (N × M'), :math:`W_j = R_j^\top K_{uu}^{(j)-1}K^{(j)}_{uf}`,
+
+.. math::
+
+    \mathbf y \sim \mathcal N(H\bar{\boldsymbol\beta},\ ZZ^\top + \sigma^2 I)
+    = \mathcal N(H\bar{\boldsymbol\beta},\ \textstyle\sum_j Q^{(j)}_{ff} + HL_\beta L_\beta^\top H^\top + \sigma^2 I),
+
+evaluated by Woodbury (:func:`~ppl_sparsegp.approximations.collapsed.woodbury_log_density`) in
+O(N M'² + M'³). This is the exact marginal of the latent model (not Titsias' bound: no trace term), so
+NUTS over the hyperparameters samples the same posterior as NUTS over the latent model, with nothing
+latent left: no funnel between the whitened coordinates and the noise, a few leapfrog steps per draw.
+
+When every Kuf factors as :math:`\operatorname{diag}(\mathbf s)\Phi` with Φ free of the hyperparameters
+(:func:`~ppl_sparsegp.covariances.kuf_basis`: VFF with the data inside its box, the periodic kernel's
+Fourier features) and X, y and H are data (not traced), the statistics :math:`\Psi^\top\Psi`,
+:math:`\Psi^\top\mathbf y`, :math:`\mathbf y^\top\mathbf y` of :math:`\Psi = [\Phi_1^\top\cdots\ H]` are
+computed once, when the model is traced, and each gradient costs O(M'³) with no N (the Gram root comes
+from an eigendecomposition of :math:`\Psi^\top\Psi`, as :class:`~ppl_sparsegp.CollapsedGP`'s precomputed
+statistics do).
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §5.2.
+    2. Rasmussen & Williams (2006), Gaussian processes for machine learning, §2.7 (explicit basis functions).
+    3. Bürkner, Gabry, Vehtari (2021), Efficient leave-one-out cross-validation for Bayesian non-factorized
+       normal and Student-t models, Computational Statistics 36 (the pointwise LOO terms).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import Distribution, constraints
+
+from ..covariances import Kuu, kuf_basis
+from ..features.base import current_feature
+from ..parameters import check_finite, check_positive, free_leaves, instantiate, is_concrete
+from .collapsed import _whiten, capacitance_cholesky, woodbury_log_density
+from .primitives import _as_inputs, _project, _require_model
+
+__all__ = ["marginal_spectral_gp", "MarginalGaussian"]
+
+
+class _Part(NamedTuple):
+    """One block of Z's columns: a GP (Kmm, s, Φ: Kuf = diag(s) Φ) or the mean (Kmm None, Hᵀ, L_β)."""
+
+    Kmm: object
+    scale: object
+    basis: jnp.ndarray  # (M_j, N): Φ, or Hᵀ for the mean block
+    L: object = None  # L_β for the mean block
+
+    def whiten(self, A):
+        """The block's map Tᵀ on rows of Ψᵀ: Rᵀ Kuu⁻¹ diag(s) A for a GP, L_βᵀ A for the mean."""
+        if self.Kmm is None:
+            return self.L.T @ A
+        return _whiten(self.Kmm, A if self.scale is None else self.scale[:, None] * A)
+
+    @property
+    def cols(self) -> int:
+        return self.basis.shape[0] if self.Kmm is None else self.Kmm.sqrt_cols
+
+
+class _Statistics(NamedTuple):
+    """Ψ's statistics, computed once from concrete data: ``root`` F (Mtot, r) with FFᵀ = ΨᵀΨ, ``Psi_y``
+    = Ψᵀy (Mtot, ...), ``Psi_H`` = ΨᵀH (Mtot, P) or None, ``Hy`` = Hᵀy, ``HH`` = HᵀH, ``yy`` = yᵀy (...)."""
+
+    root: jnp.ndarray
+    Psi_y: jnp.ndarray
+    yy: jnp.ndarray
+    Psi_H: jnp.ndarray | None
+    Hy: jnp.ndarray | None
+    HH: jnp.ndarray | None
+
+
+class MarginalGaussian(Distribution):
+    r"""The marginal of Gaussian observations of a sum of projected-process GPs and a Gaussian-weighted
+    parametric mean: :math:`\mathcal N(H\bar{\boldsymbol\beta}, ZZ^\top + \sigma^2 I)` (module docstring),
+    as built by :func:`marginal_spectral_gp`. Event shape (N,); a batch shape for several outputs that
+    share the hyperparameters (inside ``numpyro.plate``).
+
+    ``log_prob`` is the joint density (one value per output); :meth:`loo_log_prob` the pointwise
+    leave-one-out terms :math:`\log p(y_i\mid\mathbf y_{-i},\theta)` [3], the pointwise log-likelihood of a
+    non-factorised model for PSIS-LOO; :meth:`posterior_weights` draws the integrated-out weights from
+    their exact conditional given y.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+    pytree_data_fields = ("parts", "loc", "noise_variance", "beta_bar", "stats", "y")
+
+    def __init__(self, parts, loc, noise_variance, *, beta_bar=None, stats: _Statistics | None = None, y=None,
+                 batch_shape=(), validate_args=None):
+        self.parts, self.loc, self.noise_variance = tuple(parts), loc, noise_variance
+        self.beta_bar, self.stats, self.y = beta_bar, stats, y
+        N = parts[0].basis.shape[1]
+        super().__init__(batch_shape=tuple(batch_shape), event_shape=(N,), validate_args=validate_args)
+
+    # --- Z and its pieces ---------------------------------------------------------------------------
+    def _blocks(self, A):
+        """Tᵀ A for A with the rows of Ψᵀ (Mtot, ...): each block's map on its rows, stacked (M', ...)."""
+        out, start = [], 0
+        for p in self.parts:
+            m = p.basis.shape[0]
+            out.append(p.whiten(A[start:start + m]))
+            start += m
+        return jnp.concatenate(out, axis=0)
+
+    def Zt(self):
+        """Zᵀ (M', N), from the data (O(N M'²) to use)."""
+        return jnp.concatenate([p.whiten(p.basis) for p in self.parts], axis=0)
+
+    def _gram_root(self):
+        """G (M', r) with GGᵀ = ZᵀZ: Tᵀ F from the statistics' root, else Zᵀ itself."""
+        return self._blocks(self.stats.root) if self.stats is not None else self.Zt()
+
+    def _residual_terms(self, value):
+        """(Zᵀr (M', B), rᵀr (B,)) for r = value − Hβ̄, batch flattened to B columns."""
+        if self.stats is not None:
+            if value is not self.y and not (is_concrete(value) and np.array_equal(value, self.y)):
+                raise ValueError("MarginalGaussian built on precomputed statistics evaluates its own y only; "
+                                 "build it with marginal_spectral_gp for other observations")
+            s = self.stats
+            Psi_y = jnp.reshape(s.Psi_y, (s.Psi_y.shape[0], -1))
+            yy = jnp.reshape(s.yy, (-1,))
+            if s.Psi_H is None:
+                return self._blocks(Psi_y), yy
+            beta = self.beta_bar
+            Hy = jnp.reshape(s.Hy, (s.Hy.shape[0], -1))
+            Psi_r = Psi_y - (s.Psi_H @ beta)[:, None]
+            rr = yy - 2 * beta @ Hy + beta @ s.HH @ beta
+            return self._blocks(Psi_r), rr
+        r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
+        return self.Zt() @ r, jnp.sum(r * r, axis=0)
+
+    def _factor(self):
+        return capacitance_cholesky(self._gram_root(), self.noise_variance)
+
+    # --- the distribution ---------------------------------------------------------------------------
+    def log_prob(self, value):
+        LB = self._factor()
+        Zr, rr = self._residual_terms(value)
+        out = woodbury_log_density(LB, Zr, self.event_shape[0], rr, self.noise_variance)
+        return jnp.reshape(out, jnp.shape(value)[:-1])
+
+    def sample(self, key, sample_shape=()):
+        Zt = self.Zt()
+        k1, k2 = jax.random.split(key)
+        shape = tuple(sample_shape) + self.batch_shape
+        xi = jax.random.normal(k1, shape + (Zt.shape[0],), Zt.dtype)
+        eps = jax.random.normal(k2, shape + self.event_shape, Zt.dtype)
+        return self.loc + xi @ Zt + jnp.sqrt(self.noise_variance) * eps
+
+    def loo_log_prob(self, value):
+        r"""Pointwise :math:`\log p(y_i\mid\mathbf y_{-i},\theta)` (..., N) [3]: with
+        :math:`C = ZZ^\top + \sigma^2 I`, :math:`\mathbf g = C^{-1}\mathbf r` and
+        :math:`\bar c_{ii} = [C^{-1}]_{ii}`, :math:`-\tfrac12\log 2\pi + \tfrac12\log\bar c_{ii}
+        - \tfrac12 g_i^2/\bar c_{ii}`. O(N M'²). These do not sum to :meth:`log_prob` (the model does
+        not factorise); they are what PSIS-LOO needs (``az.loo``)."""
+        s2 = self.noise_variance
+        Zt = self.Zt()
+        LB = capacitance_cholesky(Zt, s2)
+        r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
+        Q = solve_triangular(LB, Zt, lower=True)  # (M', N)
+        cbar = (1.0 - jnp.sum(Q * Q, axis=0) / s2) / s2  # diag C⁻¹ (Woodbury)
+        g = (r - Q.T @ (Q @ r) / s2) / s2
+        out = -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
+        return jnp.reshape(out.T, jnp.shape(value))
+
+    def posterior_weights(self, value, key):
+        r"""One draw of the integrated-out weights v (…, M') from their conditional given y:
+        :math:`\mathcal N(B^{-1}Z^\top\mathbf r/\sigma^2, B^{-1})`, :math:`B = I + Z^\top Z/\sigma^2`,
+        drawn as :math:`L_B^{-\top}(L_B^{-1}Z^\top\mathbf r/\sigma^2 + \boldsymbol\xi)`."""
+        s2 = self.noise_variance
+        LB = self._factor()
+        Zr, _ = self._residual_terms(value)
+        e = solve_triangular(LB, Zr, lower=True)
+        xi = jax.random.normal(key, e.shape, e.dtype)
+        v = solve_triangular(LB.T, e / s2 + xi, lower=False)  # (M', B)
+        return jnp.reshape(v.T, jnp.shape(value)[:-1] + (v.shape[0],))
+
+
+def _named_gps(name, gps):
+    """[(gp name, feature, kernel)] from one (feature, kernel) pair, a list of pairs or a dict."""
+    if isinstance(gps, tuple) and len(gps) == 2 and not isinstance(gps[0], tuple):
+        gps = [gps]
+    if isinstance(gps, dict):
+        items = list(gps.items())
+    elif isinstance(gps, (list, tuple)):
+        items = [(f"{name}_gp{i}", pair) for i, pair in enumerate(gps)]
+    else:
+        items = []
+    if not items or not all(isinstance(p, tuple) and len(p) == 2 for _, p in items):
+        raise ValueError("gps must be a (feature, kernel) pair, a list of such pairs or a dict "
+                         "{gp name: (feature, kernel)}, e.g. {'trend': (FourierFeatures(...), Matern52(...))}")
+    return [(str(k), f, kern) for k, (f, kern) in items]
+
+
+def _mean_prior(mean_prior, P, dtype):
+    """(loc (P,), L (P, P)) of a Gaussian prior on the mean weights: a MultivariateNormal, or a Normal
+    (independent weights; batch shape (P,) or ``.to_event(1)``)."""
+    d = mean_prior.base_dist if isinstance(mean_prior, dist.Independent) else mean_prior
+    if isinstance(d, dist.MultivariateNormal):
+        loc, L = d.loc, d.scale_tril
+    elif isinstance(d, dist.Normal):
+        loc, L = jnp.broadcast_to(d.loc, (P,)), jnp.diag(jnp.broadcast_to(d.scale, (P,)))
+    else:
+        raise ValueError(f"mean_prior must be a Gaussian prior on the {P} mean weights (dist.Normal or "
+                         f"dist.MultivariateNormal), got {type(mean_prior).__name__}")
+    if jnp.shape(loc) != (P,) or jnp.shape(L) != (P, P):
+        raise ValueError(f"mean_prior must be over the {P} columns of mean_basis, got loc of shape "
+                         f"{jnp.shape(loc)}")
+    return jnp.asarray(loc, dtype), jnp.asarray(L, dtype)
+
+
+def _basis_matrix(H, N, what):
+    H = jnp.asarray(H)
+    if H.ndim == 1:
+        H = H[:, None]
+    if H.ndim != 2 or H.shape[0] != N:
+        raise ValueError(f"{what} must be (N, P) with N = {N} rows (one per input), got shape {H.shape}")
+    check_finite(H, what)
+    return H
+
+
+def _statistics(parts, y, H):
+    """Ψ's statistics (:class:`_Statistics`), evaluated now (a constant of any program being traced)."""
+    with jax.ensure_compile_time_eval():
+        Psi_t = jnp.concatenate([p.basis for p in parts], axis=0)  # (Mtot, N)
+        A = Psi_t @ Psi_t.T
+        lam, U = jnp.linalg.eigh(0.5 * (A + A.T))
+        root = U * jnp.sqrt(jnp.maximum(lam, 0.0))
+        yt = jnp.reshape(y, (-1, y.shape[-1])).T  # (N, B)
+        Psi_y, yy = Psi_t @ yt, jnp.sum(yt * yt, axis=0)
+        if H is None:
+            return _Statistics(root, Psi_y, yy, None, None, None)
+        return _Statistics(root, Psi_y, yy, Psi_t @ H, H.T @ yt, H.T @ H)
+
+
+def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_prior=None, X_new=None,
+                         mean_basis_new=None):
+    r"""Observe y as Gaussian noise around one or several spectral GPs (and a parametric mean), with the
+    inducing variables integrated out exactly; under ``Predictive`` with ``X_new``, draw each GP there.
+
+    The observed site ``name`` has the density
+    :math:`\mathcal N(\mathbf y\mid H\bar{\boldsymbol\beta}, \sum_j Q^{(j)}_{ff} + HBH^\top + \sigma^2 I)`
+    (module docstring): the marginal of :func:`~ppl_sparsegp.spectral_gp`'s model plus
+    ``dist.Normal(f, noise)``, so NUTS samples only the hyperparameters. Per gradient it costs O(N M'² +
+    M'³) with M' = Σ features + P, and O(M'³) with no N when every GP's Kuf is free of the
+    hyperparameters (VFF with X inside its box, the periodic kernel's Fourier features; X, y and the mean
+    basis passed as data, not computed from sampled values).
+
+    :param name: the observed site (and the prefix of ``<name>_noise``, ``<name>_new``, ``<name>_beta``).
+    :param gps: a ``(feature, kernel)`` pair, a list of pairs (GPs named ``<name>_gp0``, ...) or a dict
+        ``{gp name: (feature, kernel)}``; each kernel may be a template (its priors are sampled as
+        ``<gp name>_kernel_<field>``), each feature is concrete.
+    :param X: inputs (N, D), or (N,) for one input dimension, shared by every GP.
+    :param y: observations (..., N); leading axes are outputs of an enclosing ``numpyro.plate`` (each
+        its own GPs and mean weights, the hyperparameters shared). None: y is sampled (prior predictive).
+    :param noise: the noise standard deviation σ > 0: a number, a value sampled by the model, or a NumPyro
+        distribution (sampled as ``<name>_noise``).
+    :param mean_basis: optional H (N, P) (or (N,)): the parametric mean Hβ, e.g.
+        ``jnp.stack([jnp.ones(N), t], 1)`` for a linear trend.
+    :param mean_prior: the Gaussian prior of β (``dist.Normal`` with P entries, or
+        ``dist.MultivariateNormal``); required with ``mean_basis``. β is integrated out too.
+    :param X_new: inputs at which to draw each GP from its exact conditional given y and the
+        hyperparameters (sites ``<gp name>_new`` per GP and ``<name>_new``, their sum plus
+        ``mean_basis_new @ β``; with a mean, ``<name>_beta`` the weights' draw). Needs a random key
+        (``numpyro.infer.Predictive`` or ``handlers.seed``) and y.
+    :param mean_basis_new: H at X_new (N_new, P); required when there is a mean and X_new.
+    :returns: None, or with ``X_new`` a dict ``{gp name: f_new, name: the sum}`` of arrays (..., N_new).
+    :raises ValueError: for bad shapes or values (naming the argument), a mean basis without its prior,
+        X_new without y or a random key.
+
+    **Pointwise log-likelihood.** The model does not factorise over observations: for ArviZ's
+    ``log_likelihood`` group, :func:`~ppl_sparsegp.diagnostics.from_mcmc` stores the leave-one-out
+    terms :math:`\log p(y_i\mid\mathbf y_{-i},\theta)` of each draw (:meth:`MarginalGaussian.loo_log_prob`),
+    which PSIS-LOO (``az.loo``) takes as the pointwise values of a non-factorised model [3].
+    """
+    _require_model("marginal_spectral_gp")
+    named = _named_gps(name, gps)
+    X = _as_inputs(X, "X")
+    N = X.shape[0]
+    if N == 0:
+        raise ValueError("X has no rows: marginal_spectral_gp needs at least one observation")
+    dtype = jnp.result_type(X.dtype, float)
+    if isinstance(noise, Distribution):
+        noise = numpyro.sample(f"{name}_noise", noise)
+    check_positive(noise, "noise")
+    s2 = jnp.asarray(noise, dtype) ** 2
+    if y is not None:
+        y = jnp.asarray(y)
+        if y.ndim < 1 or y.shape[-1] != N:
+            raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
+        check_finite(y, "y")
+
+    parts, gp_models = [], []
+    for gp_name, feature, kernel in named:
+        feature = current_feature(feature)
+        kernel = instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel
+        Xg = feature.check_inputs(X)
+        Kmm = Kuu(feature, kernel)
+        scale, basis = kuf_basis(feature, kernel, Xg)
+        parts.append(_Part(Kmm, scale, basis))
+        gp_models.append((gp_name, feature, kernel, Kmm))
+    H = beta_bar = None
+    if mean_basis is not None or mean_prior is not None:
+        if mean_basis is None or mean_prior is None:
+            raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
+                             "P weights)")
+        H = _basis_matrix(mean_basis, N, "mean_basis")
+        beta_bar, L = _mean_prior(mean_prior, H.shape[1], dtype)
+        parts.append(_Part(None, None, H.T, L))
+    loc = 0.0 if H is None else H @ beta_bar
+
+    constant = (y is not None and all(is_concrete(p.basis) for p in parts) and is_concrete(y))
+    stats = _statistics(parts, y, H) if constant else None
+    batch = () if y is None else y.shape[:-1]
+    marginal = MarginalGaussian(parts, loc, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
+    numpyro.sample(name, marginal, obs=y)
+    if X_new is None:
+        return None
+
+    if y is None:
+        raise ValueError("X_new needs the observations y: the GPs at X_new are drawn given y")
+    key = numpyro.prng_key()
+    if key is None:
+        raise ValueError("marginal_spectral_gp with X_new draws the GPs: run the model under "
+                         "numpyro.infer.Predictive or numpyro.handlers.seed")
+    v = marginal.posterior_weights(y, key)  # (..., M')
+    X_new = _as_inputs(X_new, "X_new")
+    out, start, total = {}, 0, 0.0
+    for (gp_name, feature, kernel, Kmm), part in zip(gp_models, parts):
+        Xn = feature.warn_outside(feature.check_inputs(X_new, "X_new"), "X_new")
+        vj = v[..., start:start + part.cols]
+        start += part.cols
+        out[gp_name] = numpyro.deterministic(f"{gp_name}_new", _project(feature, kernel, Xn, vj, True, Kmm, False))
+        total = total + out[gp_name]
+    if H is not None:
+        if mean_basis_new is None:
+            raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
+        Hn = _basis_matrix(mean_basis_new, X_new.shape[0], "mean_basis_new")
+        beta = numpyro.deterministic(f"{name}_beta", beta_bar + v[..., start:] @ parts[-1].L.T)
+        total = total + beta @ Hn.T
+    out[name] = numpyro.deterministic(f"{name}_new", total)
+    return out
