@@ -34,9 +34,8 @@ from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
 from .kernels import Additive, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
+from ._version import __version__
 from .parameters import Param, debug_checks, stack_modules
-
-__version__ = "0.1.0"
 
 __all__ = [
     # kernels

@@ -1,0 +1,114 @@
+"""Prediction from a fitted InferenceData: posterior draws, the stored SVI parameters, predictive
+marginals at new inputs and the test metrics of the library's predictive."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from ..kernels import check_inputs
+from .inference_data import SVI_GROUP
+
+__all__ = ["posterior_samples", "svi_params", "predict", "predictive_metrics"]
+
+
+def posterior_samples(idata, var_names=None, max_draws: int | None = None) -> dict:
+    """Posterior draws as ``{site: array (S, ...)}`` with chains concatenated.
+
+    :param max_draws: keep at most this many draws, evenly spaced (for cheaper prediction).
+    """
+    post = idata.posterior
+    names = list(post.data_vars) if var_names is None else list(var_names)
+    out = {}
+    for name in names:
+        v = np.asarray(post[name].values)
+        out[name] = v.reshape((-1,) + v.shape[2:])
+    return {k: jnp.asarray(v) for k, v in _thin(out, max_draws).items()}
+
+
+def _thin(draws: dict, max_draws: int | None) -> dict:
+    """At most ``max_draws`` evenly spaced draws of ``{site: (S, ...)}``."""
+    S = next(iter(draws.values())).shape[0]
+    if max_draws is None or max_draws >= S:
+        return draws
+    idx = np.round(np.linspace(0, S - 1, max_draws)).astype(int)
+    return {k: v[idx] for k, v in draws.items()}
+
+
+def svi_params(idata) -> dict | None:
+    """The optimised SVI parameters stored by :func:`from_svi` (``None`` for an MCMC result)."""
+    if SVI_GROUP not in idata.groups():
+        return None
+    group = getattr(idata, SVI_GROUP)
+    return {k: jnp.asarray(group[k].values) for k in group.data_vars if k != "loss"}
+
+
+def fitted_params(idata_or_params, who: str) -> dict:
+    """A params dict as given, or the SVI params stored in an InferenceData; ``who`` names the caller
+    in the error raised for a result without them (e.g. an MCMC fit)."""
+    if isinstance(idata_or_params, dict):
+        return idata_or_params
+    params = svi_params(idata_or_params)
+    if params is None:
+        raise ValueError(f"{who} needs an SVI fit (params)")
+    return params
+
+
+def _predict_kwargs(gp, idata, max_draws):
+    params = svi_params(idata)
+    if params is not None:
+        return {"params": params}
+    return {"samples": posterior_samples(idata, max_draws=max_draws)}
+
+
+def _predict(gp, idata, X_new, kw):
+    """gp.predict under one jit (validation of X_new first, outside the trace)."""
+    X_new = check_inputs(X_new, "X_new")
+    X, y = jnp.asarray(idata.constant_data["X"].values), jnp.asarray(idata.observed_data["y"].values)
+    return jax.jit(lambda Xn, X, y, kw: gp.with_data(X, y).predict(Xn, **kw))(X_new, X, y, kw)
+
+
+def predict(gp, idata, X_new, *, max_draws: int | None = None) -> dict:
+    """Predictive marginals at ``X_new`` from a fitted InferenceData.
+
+    SVI results (an ``svi`` group) use q(u) analytically (``gp.predict(params=...)``); MCMC results mix
+    the per-draw predictions (``gp.predict(samples=...)``, law of total variance). For CollapsedGP the
+    training data are read from ``constant_data`` / ``observed_data``.
+
+    :param max_draws: use at most this many (evenly spaced) posterior draws.
+    :returns: ``gp.predict``'s dict (``f_mean``, ``f_var``, ``y_mean``, ``y_var``, ...).
+    """
+    return _predict(gp, idata, X_new, _predict_kwargs(gp, idata, max_draws))
+
+
+def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: int | None = None) -> dict:
+    r"""Test RMSE of the predictive mean and the NLPD (mean negative log predictive density).
+
+    SVI: :math:`\mathrm{NLPD} = -\frac1N\sum_n \log\int p(y_n\mid f)\,q(f_n)\,df`; MCMC: the posterior
+    predictive is the mixture over draws,
+    :math:`-\frac1N\sum_n \log\frac1S\sum_s \int p_s(y_n\mid f)\,\mathcal N(f\mid m_{sn}, v_{sn})\,df`,
+    each term by ``likelihood.predict_log_density``.
+
+    :returns: ``{"rmse": ..., "nlpd": ...}`` in the units of ``y_test``.
+    """
+    y_test = jnp.asarray(y_test)
+    kw = _predict_kwargs(gp, idata, max_draws)
+    pred = _predict(gp, idata, X_test, kw)
+
+    @jax.jit
+    def log_density(y_test, pred, kw):
+        if "params" in kw:
+            likelihood = gp.components_from(gp.point_values(kw["params"]))[1]
+            return likelihood.predict_log_density(y_test, pred["f_mean"], pred["f_var"])
+
+        def one(args):
+            values, m, v = args
+            return gp.components_from(values)[1].predict_log_density(y_test, m, v)
+
+        per_draw = jax.lax.map(one, (kw["samples"], pred["f_mean_draws"], pred["f_var_draws"]))
+        return logsumexp(per_draw, axis=0) - jnp.log(per_draw.shape[0])
+
+    lpd = log_density(y_test, pred, kw)
+    rmse = jnp.sqrt(jnp.mean((pred["y_mean"] - y_test) ** 2))
+    return {"rmse": float(rmse), "nlpd": float(-jnp.mean(lpd))}

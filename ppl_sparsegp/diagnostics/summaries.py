@@ -1,0 +1,45 @@
+r"""Summaries (R-hat, ESS [1]) and InferenceData files (netCDF).
+
+References:
+    1. Vehtari, Gelman, Simpson, Carpenter, Bürkner (2021), Rank-normalization, folding, and
+       localization: an improved R-hat for assessing convergence of MCMC.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+from ._arviz import _quiet_arviz, az
+
+__all__ = ["summary", "save", "load"]
+
+
+def summary(idata, var_names=None, **kwargs):
+    """``az.summary``: mean, sd, HDI, MCSE, ESS (bulk, tail) and rank-normalised split R-hat [1].
+
+    :param var_names: variables to summarise (default: every posterior variable).
+    :returns: a pandas DataFrame (columns include ``r_hat``, ``ess_bulk``, ``ess_tail``).
+    """
+    quiet = idata.posterior.attrs.get("inference") == "svi"  # one chain of guide draws, by design
+    with warnings.catch_warnings(), (_quiet_arviz() if quiet else contextlib.nullcontext()):
+        warnings.simplefilter("ignore", RuntimeWarning)  # R-hat of constant draws (point estimates)
+        warnings.simplefilter("ignore", UserWarning)
+        return az.summary(idata, var_names=var_names, **kwargs)
+
+
+def save(idata, path) -> str:
+    """Write ``idata`` (all groups, the ``svi`` group included) to a netCDF file; returns the path."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    return idata.to_netcdf(path)
+
+
+def load(path):
+    """Read an InferenceData written by :func:`save`, into memory (the file is closed afterwards)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no InferenceData file at {path}")
+    with warnings.catch_warnings(), az.rc_context({"data.load": "eager"}):
+        warnings.simplefilter("ignore", UserWarning)
+        return az.from_netcdf(path)
