@@ -80,11 +80,13 @@ class _Part(NamedTuple):
 
 class _Statistics(NamedTuple):
     """Ψ's statistics, computed once from concrete data: ``root`` F (Mtot, r) with FFᵀ = ΨᵀΨ, ``Psi_y``
-    = Ψᵀy (Mtot, ...), ``Psi_H`` = ΨᵀH (Mtot, P) or None, ``Hy`` = Hᵀy, ``HH`` = HᵀH, ``yy`` = yᵀy (...)."""
+    = Ψᵀy (Mtot, ...), ``yy`` = yᵀy (...), ``n`` = N, ``Psi_H`` = ΨᵀH (Mtot, P) or None, ``Hy`` = Hᵀy,
+    ``HH`` = HᵀH."""
 
     root: jnp.ndarray
     Psi_y: jnp.ndarray
     yy: jnp.ndarray
+    n: jnp.ndarray
     Psi_H: jnp.ndarray | None
     Hy: jnp.ndarray | None
     HH: jnp.ndarray | None
@@ -111,57 +113,31 @@ class MarginalGaussian(Distribution):
         self.parts, self.loc, self.noise_variance = tuple(parts), loc, noise_variance
         self.beta_bar, self.stats, self.y = beta_bar, stats, y
         N = parts[0].basis.shape[1]
+        # on the statistics path the per-gradient programs see no (M, N) basis: zero-width stand-ins keep
+        # each block's row count (a static shape), so nothing of size N enters them
+        self._stat_parts = None if stats is None else tuple(
+            p._replace(basis=jnp.zeros((p.basis.shape[0], 0), p.basis.dtype)) for p in self.parts)
         super().__init__(batch_shape=tuple(batch_shape), event_shape=(N,), validate_args=validate_args)
 
-    # --- Z and its pieces ---------------------------------------------------------------------------
-    def _blocks(self, A):
-        """Tᵀ A for A with the rows of Ψᵀ (Mtot, ...): each block's map on its rows, stacked (M', ...)."""
-        out, start = [], 0
-        for p in self.parts:
-            m = p.basis.shape[0]
-            out.append(p.whiten(A[start:start + m]))
-            start += m
-        return jnp.concatenate(out, axis=0)
+    # --- the distribution ---------------------------------------------------------------------------
+    def _gram_parts(self):
+        return self.parts if self.stats is None else self._stat_parts
 
-    def Zt(self):
-        """Zᵀ (M', N), from the data (O(N M'²) to use)."""
-        return jnp.concatenate([p.whiten(p.basis) for p in self.parts], axis=0)
-
-    def _gram_root(self):
-        """G (M', r) with GGᵀ = ZᵀZ: Tᵀ F from the statistics' root, else Zᵀ itself."""
-        return self._blocks(self.stats.root) if self.stats is not None else self.Zt()
-
-    def _residual_terms(self, value):
-        """(Zᵀr (M', B), rᵀr (B,)) for r = value − Hβ̄, batch flattened to B columns."""
+    def _residual(self, value):
+        """r = value − Hβ̄ as (N, B) for the data path; None on the statistics path (its own y only)."""
         if self.stats is not None:
             if value is not self.y and not (is_concrete(value) and np.array_equal(value, self.y)):
                 raise ValueError("MarginalGaussian built on precomputed statistics evaluates its own y only; "
                                  "build it with marginal_spectral_gp for other observations")
-            s = self.stats
-            Psi_y = jnp.reshape(s.Psi_y, (s.Psi_y.shape[0], -1))
-            yy = jnp.reshape(s.yy, (-1,))
-            if s.Psi_H is None:
-                return self._blocks(Psi_y), yy
-            beta = self.beta_bar
-            Hy = jnp.reshape(s.Hy, (s.Hy.shape[0], -1))
-            Psi_r = Psi_y - (s.Psi_H @ beta)[:, None]
-            rr = yy - 2 * beta @ Hy + beta @ s.HH @ beta
-            return self._blocks(Psi_r), rr
-        r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
-        return self.Zt() @ r, jnp.sum(r * r, axis=0)
+            return None
+        return jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T
 
-    def _factor(self):
-        return capacitance_cholesky(self._gram_root(), self.noise_variance)
-
-    # --- the distribution ---------------------------------------------------------------------------
     def log_prob(self, value):
-        LB = self._factor()
-        Zr, rr = self._residual_terms(value)
-        out = woodbury_log_density(LB, Zr, self.event_shape[0], rr, self.noise_variance)
+        out = _log_prob(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value))
         return jnp.reshape(out, jnp.shape(value)[:-1])
 
     def sample(self, key, sample_shape=()):
-        Zt = self.Zt()
+        Zt = _Zt(self.parts)
         k1, k2 = jax.random.split(key)
         shape = tuple(sample_shape) + self.batch_shape
         xi = jax.random.normal(k1, shape + (Zt.shape[0],), Zt.dtype)
@@ -174,27 +150,72 @@ class MarginalGaussian(Distribution):
         :math:`\bar c_{ii} = [C^{-1}]_{ii}`, :math:`-\tfrac12\log 2\pi + \tfrac12\log\bar c_{ii}
         - \tfrac12 g_i^2/\bar c_{ii}`. O(N M'²). These do not sum to :meth:`log_prob` (the model does
         not factorise); they are what PSIS-LOO needs (``az.loo``)."""
-        s2 = self.noise_variance
-        Zt = self.Zt()
-        LB = capacitance_cholesky(Zt, s2)
         r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
-        Q = solve_triangular(LB, Zt, lower=True)  # (M', N)
-        cbar = (1.0 - jnp.sum(Q * Q, axis=0) / s2) / s2  # diag C⁻¹ (Woodbury)
-        g = (r - Q.T @ (Q @ r) / s2) / s2
-        out = -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
-        return jnp.reshape(out.T, jnp.shape(value))
+        return jnp.reshape(_loo(self.parts, self.noise_variance, r).T, jnp.shape(value))
 
     def posterior_weights(self, value, key):
         r"""One draw of the integrated-out weights v (…, M') from their conditional given y:
         :math:`\mathcal N(B^{-1}Z^\top\mathbf r/\sigma^2, B^{-1})`, :math:`B = I + Z^\top Z/\sigma^2`,
         drawn as :math:`L_B^{-\top}(L_B^{-1}Z^\top\mathbf r/\sigma^2 + \boldsymbol\xi)`."""
-        s2 = self.noise_variance
-        LB = self._factor()
-        Zr, _ = self._residual_terms(value)
-        e = solve_triangular(LB, Zr, lower=True)
-        xi = jax.random.normal(key, e.shape, e.dtype)
-        v = solve_triangular(LB.T, e / s2 + xi, lower=False)  # (M', B)
+        v = _posterior(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value), key)
         return jnp.reshape(v.T, jnp.shape(value)[:-1] + (v.shape[0],))
+
+
+# The algebra is compiled as one program each (NumPyro runs a model eagerly when it initialises, where
+# op by op it would compile every operation and its gradient separately); under a trace it is inlined.
+def _blocks(parts, A):
+    """Tᵀ A for A with the rows of Ψᵀ (Mtot, ...): each block's map on its rows, stacked (M', ...)."""
+    out, start = [], 0
+    for p in parts:
+        m = p.basis.shape[0]
+        out.append(p.whiten(A[start:start + m]))
+        start += m
+    return jnp.concatenate(out, axis=0)
+
+
+def _Zt(parts):
+    """Zᵀ (M', N), from the data (O(N M'²) to use)."""
+    return jnp.concatenate([p.whiten(p.basis) for p in parts], axis=0)
+
+
+def _gram_and_residual(parts, stats, beta_bar, r):
+    """(G (M', ·) with GGᵀ = ZᵀZ, Zᵀr (M', B), rᵀr (B,)): from the statistics (r None), else the data."""
+    if stats is None:
+        Zt = _Zt(parts)
+        return Zt, Zt @ r, jnp.sum(r * r, axis=0)
+    Psi_y = jnp.reshape(stats.Psi_y, (stats.Psi_y.shape[0], -1))
+    rr = jnp.reshape(stats.yy, (-1,))
+    if stats.Psi_H is not None:  # r = y − Hβ̄: Ψᵀr = Ψᵀy − ΨᵀHβ̄, rᵀr = yᵀy − 2β̄ᵀHᵀy + β̄ᵀHᵀHβ̄
+        Hy = jnp.reshape(stats.Hy, (stats.Hy.shape[0], -1))
+        Psi_y = Psi_y - (stats.Psi_H @ beta_bar)[:, None]
+        rr = rr - 2 * beta_bar @ Hy + beta_bar @ stats.HH @ beta_bar
+    return _blocks(parts, stats.root), _blocks(parts, Psi_y), rr
+
+
+@jax.jit
+def _log_prob(parts, stats, beta_bar, s2, r):
+    G, Zr, rr = _gram_and_residual(parts, stats, beta_bar, r)
+    n = parts[0].basis.shape[1] if stats is None else stats.n
+    return woodbury_log_density(capacitance_cholesky(G, s2), Zr, n, rr, s2)
+
+
+@jax.jit
+def _posterior(parts, stats, beta_bar, s2, r, key):
+    G, Zr, _ = _gram_and_residual(parts, stats, beta_bar, r)
+    LB = capacitance_cholesky(G, s2)
+    e = solve_triangular(LB, Zr, lower=True)
+    xi = jax.random.normal(key, e.shape, e.dtype)
+    return solve_triangular(LB.T, e / s2 + xi, lower=False)  # (M', B)
+
+
+@jax.jit
+def _loo(parts, s2, r):
+    Zt = _Zt(parts)
+    LB = capacitance_cholesky(Zt, s2)
+    Q = solve_triangular(LB, Zt, lower=True)  # (M', N)
+    cbar = (1.0 - jnp.sum(Q * Q, axis=0) / s2) / s2  # diag C⁻¹ (Woodbury)
+    g = (r - Q.T @ (Q @ r) / s2) / s2
+    return -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
 
 
 def _named_gps(name, gps):
@@ -231,9 +252,9 @@ def _mean_prior(mean_prior, P, dtype):
 
 
 def _basis_matrix(H, N, what):
-    H = jnp.asarray(H)
-    if H.ndim == 1:
-        H = H[:, None]
+    with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
+        H = jnp.asarray(H)
+        H = H[:, None] if H.ndim == 1 else H
     if H.ndim != 2 or H.shape[0] != N:
         raise ValueError(f"{what} must be (N, P) with N = {N} rows (one per input), got shape {H.shape}")
     check_finite(H, what)
@@ -248,10 +269,10 @@ def _statistics(parts, y, H):
         lam, U = jnp.linalg.eigh(0.5 * (A + A.T))
         root = U * jnp.sqrt(jnp.maximum(lam, 0.0))
         yt = jnp.reshape(y, (-1, y.shape[-1])).T  # (N, B)
-        Psi_y, yy = Psi_t @ yt, jnp.sum(yt * yt, axis=0)
+        Psi_y, yy, n = Psi_t @ yt, jnp.sum(yt * yt, axis=0), jnp.asarray(yt.shape[0], root.dtype)
         if H is None:
-            return _Statistics(root, Psi_y, yy, None, None, None)
-        return _Statistics(root, Psi_y, yy, Psi_t @ H, H.T @ yt, H.T @ H)
+            return _Statistics(root, Psi_y, yy, n, None, None, None)
+        return _Statistics(root, Psi_y, yy, n, Psi_t @ H, H.T @ yt, H.T @ H)
 
 
 def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_prior=None, X_new=None,
@@ -306,7 +327,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     check_positive(noise, "noise")
     s2 = jnp.asarray(noise, dtype) ** 2
     if y is not None:
-        y = jnp.asarray(y)
+        with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
+            y = jnp.asarray(y)
         if y.ndim < 1 or y.shape[-1] != N:
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
@@ -334,7 +356,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     stats = _statistics(parts, y, H) if constant else None
     batch = () if y is None else y.shape[:-1]
     marginal = MarginalGaussian(parts, loc, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
-    numpyro.sample(name, marginal, obs=y)
+    gps_info = [(gp_name, feature, getattr(kernel, "nu", None)) for gp_name, feature, kernel, _ in gp_models]
+    numpyro.sample(name, marginal, obs=y, infer={"ppl_sparsegp_gps": gps_info})  # for refinement_check
     if X_new is None:
         return None
 

@@ -62,10 +62,11 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
     """
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     dtype = Kmm.dtype
+    infer = {"ppl_sparsegp_gps": [(name, feature, getattr(kernel, "nu", None))]}  # for refinement_check
     if whiten:
         prior = StructuredNormal(jnp.zeros(Kmm.sqrt_cols, dtype), Identity(Kmm.sqrt_cols, dtype=dtype))
-        return numpyro.sample(f"{name}_v", prior), Kmm
-    return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm)), Kmm
+        return numpyro.sample(f"{name}_v", prior, infer=infer), Kmm
+    return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm), infer=infer), Kmm
 
 
 def _as_inputs(X, name):

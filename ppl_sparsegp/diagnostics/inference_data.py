@@ -181,7 +181,48 @@ def _from_user_model(mcmc, coords, dims, log_likelihood):
             all_dims[site] = [f"{site}_dim_{i}" for i in range(np.ndim(value) - 3)] + ["feature"]
     all_dims.update(dims or {})
     with _quiet_arviz():
-        return az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood)
+        idata = az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood)
+    if log_likelihood:
+        _marginal_loo(idata, mcmc)
+    return idata
+
+
+def _marginal_loo(idata, mcmc):
+    """Replace the joint log density of every :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian`
+    site (``marginal_spectral_gp``; the model does not factorise over observations) in the
+    ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
+    (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
+    as the pointwise values of a non-factorised model."""
+    from numpyro import handlers
+
+    from ..approximations.marginal import MarginalGaussian
+
+    def base(fn):
+        while not isinstance(fn, MarginalGaussian) and hasattr(fn, "base_dist"):
+            fn = fn.base_dist
+        return fn
+
+    model, args, kwargs = mcmc.sampler.model, mcmc._args, mcmc._kwargs
+    samples = mcmc.get_samples(group_by_chain=True)
+    C, S = next(iter(samples.values())).shape[:2]
+    flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}
+
+    def trace(draw):
+        with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
+            return handlers.trace(model).get_trace(*args, **kwargs)
+
+    first = trace({k: v[0] for k, v in flat.items()})
+    sites = [n for n, s in first.items()
+             if s["type"] == "sample" and s["is_observed"] and isinstance(base(s["fn"]), MarginalGaussian)]
+    if not sites or "log_likelihood" not in idata.groups():
+        return
+    terms = jax.jit(lambda d: jax.lax.map(
+        lambda draw: {n: base(tr[n]["fn"]).loo_log_prob(tr[n]["value"])
+                      for tr in [trace(draw)] for n in sites}, d))(flat)
+    for n in sites:
+        v = np.asarray(terms[n])
+        idata.log_likelihood[n] = (("chain", "draw") + tuple(f"{n}_dim_{i}" for i in range(v.ndim - 1)),
+                                   v.reshape((C, S) + v.shape[1:]))
 
 
 #: the most values (draws × observations) from_svi puts in each variable of the pointwise groups

@@ -55,9 +55,10 @@ class _PerDimension(InducingFeature):
 
     @classmethod
     def from_data(cls, X, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  max_lengthscale=None, quantile: float = 0.05):
+                  max_lengthscale=None, quantile: float = 0.01, max_margin: float = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
-        dimension d gets the box [min x_d − margin·ℓ_max,d, max x_d + margin·ℓ_max,d] and the fewest
+        dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
+        max(margin·ℓ_min,d, max_margin·span_d))) and the fewest
         frequencies that leave a fraction t_d of its Matérn-ν prior variance unresolved at ℓ_min,d, with
         t_d chosen so that the whole kernel's unresolved fraction is at most ``tolerance``
         (:meth:`dimension_tolerance`).
@@ -83,7 +84,8 @@ class _PerDimension(InducingFeature):
                              f"got {lengthscale!r}")
         lo, hi, t = np.broadcast_to(lo, (D,)), np.broadcast_to(hi, (D,)), cls.dimension_tolerance(tolerance, D)
         return cls([FourierFeatures.from_data(axes[d], float(lo[d]), nu=nu, tolerance=t, margin=margin,
-                                              max_lengthscale=float(hi[d])) for d in range(D)])
+                                              max_lengthscale=float(hi[d]), max_margin=max_margin)
+                    for d in range(D)])
 
     def warn_outside(self, X, name="X_new"):
         if not isinstance(X, Grid):

@@ -53,9 +53,15 @@ and longest lengthscales of interest ℓ_min ≤ ℓ_max (λ = √(2ν)/ℓ_min;
   m = 3 (largest 0.9 %) for ℓ from 0.2 to 3; at m = 1 it misses 4–14 %, at m = 0.5 9–24 % (Matérn-5/2
   is worse: 14–40 % at m = 0.5, 0.4–0.5 % at m = 3). A box cut for ℓ_min = 0.05 (margin 0.15) misses
   19 % at ℓ = 0.4. Hence the margin is 3ℓ_max for the **longest** lengthscale of interest, M from the
-  **shortest** one: give the lengthscale prior (ℓ_min, ℓ_max its 5 % and 95 % quantiles,
+  **shortest** one: give the lengthscale prior (ℓ_min, ℓ_max its 1 % and 99 % quantiles,
   :func:`lengthscale_range`) or ``max_lengthscale``. [2] found the same for
   HSGP: its boundary factor c must grow with ℓ/S.
+* **a wide prior cannot inflate the box**: the margin is capped at one data span (``max_margin``), never
+  below 3ℓ_min. Without the cap a prior whose upper quantile is comparable to the span made the box four
+  spans wide and left the features unable to resolve the posterior's lengthscale (issue 29's series);
+  lengthscales beyond the span are then resolved less well (the cost measured in
+  :meth:`FourierFeatures.from_data`), which :func:`~ppl_sparsegp.diagnostics.adequacy` reports, and a
+  posterior the features displaced fails :func:`~ppl_sparsegp.diagnostics.refinement_check`.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
@@ -95,10 +101,19 @@ class FourierFeatures(InducingFeature):
 
     @classmethod
     def from_data(cls, x, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  max_lengthscale=None, quantile: float = 0.05):
-        """The box and M of the rule in the module docstring: [min x − margin·ℓ_max, max x + margin·ℓ_max]
-        and the fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance
-        unresolved at ℓ_min (the shortest lengthscale of interest: shorter ones are resolved less well).
+                  max_lengthscale=None, quantile: float = 0.01, max_margin: float = 1.0):
+        """The box and M of the rule in the module docstring: [min x − pad, max x + pad] with
+        pad = min(margin·ℓ_max, max(margin·ℓ_min, max_margin·span)) (span = max x − min x), and the
+        fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance unresolved at
+        ℓ_min (the shortest lengthscale of interest: shorter ones are resolved less well).
+
+        The cap ``max_margin``: a wide prior's upper quantile comparable to the span would otherwise make
+        the box several spans wide and spend most frequencies outside the data (measured on a monthly
+        series: ℓ_max = 23 years, span 44, box 180 years, 28 frequencies resolving only ℓ ≥ 4.4 while
+        the exact posterior sat at 0.95). The price is at lengthscales beyond the span, where any box
+        of a few spans misses much of the prior variance (measured, data in [0, 1], Matérn-5/2, margin
+        one span: 1.0% at ℓ = 0.5, 20% at ℓ = 1, most of it the near-linear part a parametric mean
+        absorbs); :func:`~ppl_sparsegp.diagnostics.adequacy` reports it where the posterior goes there.
 
         :param x: the 1-D inputs (any shape; only their range is used).
         :param lengthscale: ℓ_min > 0, or the lengthscale's prior (a NumPyro distribution): then ℓ_min
@@ -108,6 +123,11 @@ class FourierFeatures(InducingFeature):
         :param margin: the box margin in lengthscales ℓ_max (≥ 0).
         :param max_lengthscale: ℓ_max, the longest lengthscale of interest (default: the prior's upper
             quantile, or ℓ_min for a number).
+        :param quantile: the prior's quantiles taken as ℓ_min and ℓ_max (default 1%: a posterior in the
+            prior's tail is still resolved; it was 5%, which the refinement check showed too short).
+        :param max_margin: the cap of the margin, in data spans (≥ 0, ``inf`` for none; it never goes below
+            margin·ℓ_min).
+        :raises ValueError: for empty or non-finite x, a tolerance outside (0, 1), a negative margin.
         """
         x = np.asarray(x, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
@@ -117,7 +137,10 @@ class FourierFeatures(InducingFeature):
             raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
         if not (np.isfinite(margin) and margin >= 0):
             raise ValueError(f"margin must be a non-negative number of lengthscales, got {margin!r}")
-        a, b = float(x.min()) - margin * hi, float(x.max()) + margin * hi
+        if not max_margin >= 0:  # inf: no cap
+            raise ValueError(f"max_margin must be a non-negative number of data spans, got {max_margin!r}")
+        pad = min(margin * hi, max(margin * lo, max_margin * float(x.max() - x.min())))
+        a, b = float(x.min()) - pad, float(x.max()) + pad
         return cls(a, b, frequencies_needed(a, b, lo, nu, tolerance))
 
     def __init__(self, a, b, num_frequencies):
@@ -199,7 +222,7 @@ def _prior_quantile(prior, q):
     return value
 
 
-def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.05) -> tuple:
+def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01) -> tuple:
     """(ℓ_min, ℓ_max): the shortest lengthscale the features must resolve (it sets M) and the longest
     (it sets the box margin: the edge effect reaches about one *actual* lengthscale into the box).
 

@@ -1,0 +1,239 @@
+"""marginal_spectral_gp against dense Gaussian computations: the integrated-out density, its pointwise
+leave-one-out terms, the conditional draws at new inputs, and the refinement check on a posterior the
+features displace."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro import handlers
+from numpyro.infer import MCMC, NUTS, Predictive
+
+import ppl_sparsegp as psg
+from ppl_sparsegp import Kuf, Kuu, diagnostics
+from ppl_sparsegp.approximations.marginal import MarginalGaussian
+from ppl_sparsegp.features import FourierFeatures, InducingPoints
+
+jax.config.update("jax_enable_x64", True)
+
+N = 40
+_rng = np.random.default_rng(0)
+x = np.sort(_rng.uniform(0.0, 3.0, N))
+H = np.stack([np.ones(N), x], 1)
+y = np.sin(3 * x) + 0.3 * x + 0.1 * _rng.normal(size=N)
+TREND = (FourierFeatures(-1.0, 4.0, 12), psg.Matern52(0.7, 0.5))
+SEASON = (FourierFeatures(0.0, 1.0, 5), psg.Periodic(0.3, 0.8, 1.0))
+BETA = dist.Normal(jnp.array([0.2, -0.1]), jnp.array([1.0, 0.5]))
+SIGMA = 0.15
+
+
+def two_gp_model(y, x_new=None):
+    H_new = None if x_new is None else np.stack([np.ones(len(x_new)), x_new], 1)
+    return psg.marginal_spectral_gp("y", {"trend": TREND, "season": SEASON}, x, y, SIGMA, mean_basis=H,
+                                    mean_prior=BETA, X_new=x_new, mean_basis_new=H_new)
+
+
+def _q(pair, A, B):
+    """Kfu Kuu⁻¹ Kuf between inputs A and B, dense."""
+    f, k = pair
+    return np.asarray(Kuf(f, k, A).T @ jnp.linalg.solve(Kuu(f, k).to_dense(), Kuf(f, k, B)))
+
+
+def _dense():
+    """(mean, covariance) of y under the latent model, formed densely (two GPs + the linear mean)."""
+    X = jnp.asarray(x)[:, None]
+    B = np.diag([1.0, 0.25])
+    C = _q(TREND, X, X) + _q(SEASON, X, X) + H @ B @ H.T + SIGMA**2 * np.eye(N)
+    return H @ np.array([0.2, -0.1]), C
+
+
+def _site(model, *args):
+    return handlers.trace(handlers.seed(model, 0)).get_trace(*args)["y"]["fn"]
+
+
+def _gaussian_logpdf(r, C):
+    L = np.linalg.cholesky(C)
+    a = np.linalg.solve(L, r)
+    return -0.5 * a @ a - np.sum(np.log(np.diag(L))) - 0.5 * len(r) * np.log(2 * np.pi)
+
+
+def test_density_is_the_dense_gaussian_integral_of_the_latent_model_on_both_paths():
+    m, C = _dense()
+    ref = _gaussian_logpdf(y - m, C)
+    d = _site(two_gp_model, y)
+    assert d.stats is not None  # VFF inside its box and the periodic basis: the statistics path
+    np.testing.assert_allclose(float(d.log_prob(d.y)), ref, rtol=1e-10)
+    # a traced y cannot have statistics: the data path, O(N M'²)
+    traced = jax.jit(lambda v: _site(two_gp_model, v).log_prob(v))(jnp.asarray(y))
+    np.testing.assert_allclose(float(traced), ref, rtol=1e-10)
+
+
+def test_spanning_features_give_the_exact_gp_log_marginal_likelihood():
+    X = jnp.asarray(x)[:, None]
+    kernel = psg.Matern32(0.8, 0.4)
+
+    def model(ell):  # a sampled lengthscale: Kuf depends on it, the data path
+        psg.marginal_spectral_gp("y", (InducingPoints(X), psg.Matern32(0.8, ell)), x, y, SIGMA)
+
+    got = jax.jit(lambda ell: _site(model, ell).log_prob(jnp.asarray(y)))(0.4)
+    exact = psg.exact_log_marginal_likelihood(kernel, X, jnp.asarray(y), SIGMA**2)
+    np.testing.assert_allclose(float(got), float(exact), rtol=1e-6)  # inducing points' jitter
+
+
+def test_leave_one_out_terms_against_explicit_conditioning():
+    m, C = _dense()
+    d = _site(two_gp_model, y)
+    loo = np.asarray(d.loo_log_prob(d.y))
+    for i in (0, 17, N - 1):  # log N(y_i | E[y_i | y_-i], Var[y_i | y_-i]) by partitioning C
+        rest = np.delete(np.arange(N), i)
+        w = np.linalg.solve(C[np.ix_(rest, rest)], C[rest, i])
+        mu = m[i] + w @ (y[rest] - m[rest])
+        var = C[i, i] - C[i, rest] @ w
+        np.testing.assert_allclose(loo[i], -0.5 * np.log(2 * np.pi * var) - 0.5 * (y[i] - mu) ** 2 / var,
+                                   rtol=1e-9)
+
+
+def test_predictive_draws_at_new_inputs_match_the_dense_conditional():
+    x_new = np.linspace(-0.5, 3.5, 6)
+    X, Xn = jnp.asarray(x)[:, None], jnp.asarray(x_new)[:, None]
+    Hn = np.stack([np.ones(6), x_new], 1)
+    m, C = _dense()
+    B = np.diag([1.0, 0.25])
+    S = 4000
+    with pytest.warns(psg.features.OutsideDomainWarning):  # x_new leaves the periodic feature's box
+        draws = Predictive(two_gp_model, num_samples=S)(jax.random.PRNGKey(1), y, x_new)
+    for site, cross, prior, mean0 in [
+            ("trend_new", _q(TREND, Xn, X), _q(TREND, Xn, Xn), 0.0),
+            ("y_new", _q(TREND, Xn, X) + _q(SEASON, Xn, X) + Hn @ B @ H.T,
+             _q(TREND, Xn, Xn) + _q(SEASON, Xn, Xn) + Hn @ B @ Hn.T, Hn @ np.array([0.2, -0.1]))]:
+        mean = mean0 + cross @ np.linalg.solve(C, y - m)
+        cov = prior - cross @ np.linalg.solve(C, cross.T)
+        got = np.asarray(draws[site])
+        z = (got.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
+        assert np.max(np.abs(z)) < 4.5, (site, z)  # Monte Carlo error of S draws
+        np.testing.assert_allclose(np.cov(got.T), cov, atol=0.1 * np.max(np.diag(cov)))
+    # the sum site is the GPs' sum plus the mean weights' draw at the new inputs
+    total = draws["trend_new"] + draws["season_new"] + draws["y_beta"] @ Hn.T
+    np.testing.assert_allclose(draws["y_new"], total, rtol=1e-12, atol=1e-13)
+
+
+def test_outputs_in_a_plate_are_independent_with_shared_hyperparameters():
+    Y = np.stack([y, -y + 0.5 * x])
+
+    def model(Y):
+        with numpyro.plate("outputs", 2, dim=-1):
+            psg.marginal_spectral_gp("y", [TREND], x, Y, SIGMA)
+
+    def one(v):
+        return _site(lambda v: psg.marginal_spectral_gp("y", [TREND], x, v, SIGMA), v).log_prob(v)
+
+    d = _site(model, Y)
+    both = np.asarray(d.log_prob(d.y))
+    np.testing.assert_allclose(both, [float(one(Y[0])), float(one(Y[1]))], rtol=1e-10)
+
+
+def test_statistics_path_has_no_data_sized_array_per_gradient():
+    n = 2003  # a size no feature count has
+    xs = np.linspace(0.0, 3.0, n)
+
+    def model(ys):
+        psg.marginal_spectral_gp("y", (TREND[0], psg.Matern52(1.0, dist.LogNormal(0.0, 0.5))), xs, ys,
+                                 dist.HalfNormal(1.0))
+
+    from numpyro.infer.util import initialize_model
+
+    info, potential, _, _ = initialize_model(jax.random.PRNGKey(0), model, model_args=(np.sin(xs),))
+    jaxpr = jax.make_jaxpr(jax.value_and_grad(potential))(info.z)
+
+    def shapes(jx):
+        for v in list(jx.jaxpr.invars) + list(jx.jaxpr.constvars) + [o for e in jx.jaxpr.eqns for o in e.outvars]:
+            yield getattr(v.aval, "shape", ())
+        for c in jx.consts:
+            yield np.shape(c)
+
+    assert all(n not in s for s in shapes(jaxpr))
+
+
+def test_bad_inputs_get_clear_errors():
+    run = lambda model: handlers.trace(handlers.seed(model, 0)).get_trace()  # noqa: E731
+    with pytest.raises(ValueError, match="y must have N = 40"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, y[:-1], SIGMA))
+    with pytest.raises(ValueError, match="needs both mean_basis"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, SIGMA, mean_basis=H))
+    with pytest.raises(ValueError, match="mean_basis must be"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, SIGMA, mean_basis=H[:-1], mean_prior=BETA))
+    with pytest.raises(ValueError, match="noise must be positive"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, -1.0))
+    with pytest.raises(ValueError, match="y contains NaN"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, np.where(x > 1, np.nan, y), SIGMA))
+    with pytest.raises(ValueError, match="gps must be"):
+        run(lambda: psg.marginal_spectral_gp("y", [TREND[0]], x, y, SIGMA))
+    with pytest.raises(ValueError, match="X_new needs the observations"):
+        run(lambda: psg.marginal_spectral_gp("y", TREND, x, None, SIGMA, X_new=x))
+    with pytest.raises(ValueError, match="inside a NumPyro model"):
+        psg.marginal_spectral_gp("y", TREND, x, y, SIGMA)
+    d = _site(two_gp_model, y)
+    with pytest.raises(ValueError, match="evaluates its own y only"):
+        d.log_prob(jnp.asarray(y) + 1.0)
+
+
+def test_from_mcmc_stores_the_leave_one_out_terms_and_nuts_needs_few_steps():
+    def model(y):
+        psg.marginal_spectral_gp("y", (TREND[0], psg.Matern52(dist.LogNormal(0.0, 1.0), dist.LogNormal(0.0, 0.5))),
+                                 x, y, dist.HalfNormal(1.0))
+
+    mcmc = MCMC(NUTS(model), num_warmup=100, num_samples=50, num_chains=1, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), y, extra_fields=("num_steps",))
+    assert np.mean(mcmc.get_extra_fields()["num_steps"]) < 16  # nothing latent: no funnel
+    idata = diagnostics.from_mcmc(mcmc, model)
+    ll = idata.log_likelihood["y"].values
+    assert ll.shape == (1, 50, N)
+    draw = {k: v[7] for k, v in mcmc.get_samples().items()}
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), draw)).get_trace(y)
+    np.testing.assert_allclose(ll[0, 7], tr["y"]["fn"].loo_log_prob(tr["y"]["value"]), rtol=1e-9)
+    assert isinstance(tr["y"]["fn"], MarginalGaussian)
+
+
+def _grid_posterior_draws(model, args, site, grid, num=400):
+    """Draws of a one-hyperparameter posterior by inverse-CDF sampling on a grid (an exact computation
+    standing in for MCMC)."""
+    from numpyro.infer.util import log_density
+
+    lp = np.asarray(jax.jit(jax.vmap(lambda v: log_density(model, args, {}, {site: v})[0]))(jnp.asarray(grid)))
+    cdf = np.cumsum(np.exp(lp - lp.max()))
+    u = (np.arange(num) + 0.5) / num
+    return {site: jnp.asarray(np.interp(u * cdf[-1], cdf, grid))}
+
+
+def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_when_they_resolve_it():
+    """Data from a lengthscale in the prior's 1% tail: features from the prior's 5% quantile (the old
+    default rule) cannot resolve it, the posterior (exact, on a grid) moves away from it and the check
+    fails, by the importance weights and by the refit; features that resolve it (the rule's 1% quantile
+    at the tolerance 0.01·σ_n²/σ_f² its docstring advises) survive refinement."""
+    rng = np.random.default_rng(3)
+    n, noise = 100, 0.1
+    xs = np.sort(rng.uniform(0.0, 10.0, n))
+    prior = dist.LogNormal(np.log(3.0), 0.5)
+    ell = float(prior.icdf(0.01))
+    K = np.asarray(psg.Matern52(1.0, ell)(jnp.asarray(xs)[:, None]))
+    ys = np.linalg.cholesky(K + 1e-9 * np.eye(n)) @ rng.normal(size=n) + noise * rng.normal(size=n)
+    grid = np.linspace(0.3, 8.0, 300)
+
+    def check(feature, refit):
+        def model(xs, ys):
+            psg.marginal_spectral_gp("y", {"f": (feature, psg.Matern52(1.0, prior))}, xs, ys, noise)
+        draws = _grid_posterior_draws(model, (xs, ys), "f_kernel_lengthscale", grid)
+        return draws, diagnostics.refinement_check(model, draws, xs, ys, refit=refit, num_warmup=50, num_samples=50)
+
+    coarse = FourierFeatures.from_data(xs, prior, nu=2.5, quantile=0.05, max_margin=np.inf)
+    draws, bad = check(coarse, True)
+    assert not bad["ok"] and "fails refinement" in bad["message"]
+    site = "f_kernel_lengthscale"  # the importance weights and the refit each see the move
+    assert (bad["k_hat"] > 0.7 or bad["shift_is"][site] > 0.5) and bad["shift_refit"][site] > 0.5
+    assert "from_data(x, lengthscale=" in bad["message"]  # the fix, from the refit's lengthscales
+    resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), False)
+    ells, ref = np.asarray(draws["f_kernel_lengthscale"]), np.asarray(resolved["f_kernel_lengthscale"])
+    assert abs(ells.mean() - ref.mean()) > ref.std()  # the coarse features displaced the posterior
+    assert good["ok"], good["message"]
+    assert good["k_hat"] <= 0.7 and good["shift_is"]["f_kernel_lengthscale"] < 0.5
