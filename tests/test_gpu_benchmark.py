@@ -147,3 +147,32 @@ def test_float32_rows_are_settings_of_the_stored_table():
         assert len(swept) == 1 and set(Ms) <= set(swept[0])
         assert all((family, setting, M) in keys for M in Ms)
     assert set(gpu.FLOAT32_ROWS) == set(float32.FULL)  # every family of the README table
+
+
+def test_a_failed_part_keeps_its_finished_runs_and_a_merged_rerun_redoes_only_it(tmp_path, monkeypatch):
+    """The plan for a GPU run stopped or broken half-way: the JSON keeps what finished, and a rerun with
+    ``--merge`` of the first store runs only the failed part."""
+    calls = []
+
+    def good(sizes, args, progress):
+        calls.append("hkd")
+        return {"rows": [1]}
+
+    def broken(sizes, args, progress):
+        calls.append("pines")
+        progress({"rows": [{"dtype": "float32"}]})
+        if len(calls) < 3:
+            raise RuntimeError("out of memory")
+        return {"rows": [{"dtype": "float32"}, {"dtype": "float64"}]}
+
+    monkeypatch.setattr(gpu, "RUNNERS", {"hkd": good, "pines": broken})
+    monkeypatch.setattr(gpu, "headline", lambda parts: {})
+    monkeypatch.setattr(gpu, "_torch_versions", lambda: None)  # importing torch alone takes seconds
+    first = gpu.main(["--quick", "--parts", "hkd,pines", "--out", str(tmp_path / "a")])
+    assert first["errors"] == {"pines": "RuntimeError: out of memory"}
+    assert first["parts"]["pines"]["rows"] == [{"dtype": "float32"}]  # the finished run survives the failure
+    assert json.loads((tmp_path / "a" / "gpu.json").read_text())["errors"] == first["errors"]
+    second = gpu.main(["--quick", "--parts", "hkd,pines", "--out", str(tmp_path / "b"),
+                       "--merge", str(tmp_path / "a" / "gpu.jsonl")])
+    assert calls == ["hkd", "pines", "pines"] and second["errors"] == {}
+    assert second["parts"]["hkd"]["rows"] == [1] and len(second["parts"]["pines"]["rows"]) == 2

@@ -1,10 +1,11 @@
 r"""GPU figures: the library's main workloads on one accelerator, in one process, compilation timed apart.
 
-``python -m inference.benchmarks.gpu [--quick] [--out DIR] [--parts hkd,svgp,pines,airline,float32]``
+``python -m inference.benchmarks.gpu [--quick] [--out DIR] [--parts hkd,svgp,airline,float32,pines]``
 
-Five parts, run in this order (the most wanted first, so that a run stopped at its time limit keeps
-them); each part's result is stored as soon as it is done (``gpu.jsonl``) and the summary ``gpu.json``
-is rewritten after every part, with the device (``device``, e.g. "NVIDIA H100 80GB HBM3"), JAX's,
+Five parts, run in this order (the most wanted first and the one whose GPU time is least certain, the
+pines NUTS runs, last, so that a run stopped at its time limit keeps the others); each part's result is
+stored as soon as it is done (``gpu.jsonl``) and the summary ``gpu.json`` is rewritten after every part
+(and after each of the pines runs), with the device (``device``, e.g. "NVIDIA H100 80GB HBM3"), JAX's,
 NumPyro's, PyTorch's and GPyTorch's versions. A part that raises is recorded (``error``) and the next
 one runs. Every time is wall-clock (on a GPU the process CPU time is not the cost), each call blocked
 until its result is ready; compilation is timed apart (``harness.clock``'s compile seconds, or the
@@ -26,7 +27,18 @@ first call).
    run: ``VariationalStrategy`` (whitened) with ``CholeskyVariationalDistribution``, a scaled Matérn-3/2
    kernel, ``VariationalELBO``, Adam, a fresh ``randperm`` minibatch per step. Where GPyTorch is not
    installed its rows say why (``gpytorch.skipped``). Steps: 100 (``--quick``: M = 30, 20 steps).
-3. **pines**: the README's main job (``models/pines.py``: 64 × 64 grid, VFF at the rule's box and M = 42,
+3. **airline**: the one-pass statistics with the dense method (exact GEMMs: jax-finufft is not on the
+   GPU machine) and the L-BFGS fit of the 17 hyperparameters on the synthetic airline-size set
+   (``models.airline.synthetic``: 3 952 942 training rows × 8, generated on the machine), then the test
+   MSE (dense projections), against the CPU row of ``results/vff_scaling.json`` at the same N.
+   ``--quick``: 10 000 rows, at most 20 L-BFGS iterations.
+4. **float32**: float32 against float64 on the device for the collapsed bound, the SVGP ELBO (and the
+   rest of ``float32.run_one``: predictions, the ``spectral_gp`` log density) at the README float32
+   table's settings (N = 1000, σ² = 1e-2, seed 0), for each family at the table's hardest setting and
+   largest M (``FLOAT32_ROWS``), beside the stored CPU errors; JAX's default matmul precision on a
+   GPU may use TF32 for float32 products, so a row that does not hold is re-run under
+   ``jax.default_matmul_precision("highest")`` (``highest``). ``--quick``: VFF at M = 8, N = 300.
+5. **pines**: the README's main job (``models/pines.py``: 64 × 64 grid, VFF at the rule's box and M = 42,
    projected process, NUTS target 0.9 from ``INIT``, 4 chains × (500 warm-up + 2500 draws)), the 4
    chains vectorised on the one device, in float32 (``jax_enable_x64`` off for this run) and in float64:
    sampling time (wall minus compilation), min bulk ESS per sampling second (NumPyro's
@@ -34,17 +46,6 @@ first call).
    exact posterior (``results/pines.json``), |mean − exact mean| / exact sd; also ms per gradient of the
    potential (``pines.gradient_cost``) beside the stored CPU row. ``--quick``: 2 chains × (30 + 30),
    8 frequencies per axis (a smoke run: its distances are not the main job's).
-4. **airline**: the one-pass statistics with the dense method (exact GEMMs: jax-finufft is not on the
-   GPU machine) and the L-BFGS fit of the 17 hyperparameters on the synthetic airline-size set
-   (``models.airline.synthetic``: 3 952 942 training rows × 8, generated on the machine), then the test
-   MSE (dense projections), against the CPU row of ``results/vff_scaling.json`` at the same N.
-   ``--quick``: 10 000 rows, at most 20 L-BFGS iterations.
-5. **float32**: float32 against float64 on the device for the collapsed bound, the SVGP ELBO (and the
-   rest of ``float32.run_one``: predictions, the ``spectral_gp`` log density) at the README float32
-   table's settings (N = 1000, σ² = 1e-2, seed 0), for each family at the table's hardest setting and
-   largest M (``FLOAT32_ROWS``), beside the stored CPU errors; JAX's default matmul precision on a
-   GPU may use TF32 for float32 products, so a row that does not hold is re-run under
-   ``jax.default_matmul_precision("highest")`` (``highest``). ``--quick``: VFF at M = 8, N = 300.
 
 The GPU run, its wheels and its time estimate: ``inference/benchmarks/GPU.md``.
 """
@@ -60,7 +61,7 @@ from types import SimpleNamespace
 
 from inference.benchmarks import harness
 
-PARTS = ("hkd", "svgp", "pines", "airline", "float32")
+PARTS = ("hkd", "svgp", "airline", "float32", "pines")
 # the UCI sets of hkd_uci.py: (training rows of split 0, test rows, inputs), for the synthetic stand-ins
 UCI_SIZES = {"protein-tertiary-structure": (41157, 4573, 9), "kin8nm": (7373, 819, 8),
              "power-plant": (8611, 957, 4)}
@@ -128,7 +129,7 @@ def uci_data(dataset: str, data_dir=None, seed: int = 0):
 
 
 # --- parts ---------------------------------------------------------------------------------------------
-def hkd_part(sizes, args):
+def hkd_part(sizes, args, progress=None):
     """Time per SVI step of each method of ``sizes["hkd_methods"]`` per data set, and the ratios to SVGP-m."""
     from inference.benchmarks import hkd_uci
 
@@ -212,7 +213,7 @@ def gpytorch_svgp(X, y, Z, lengthscale, *, steps: int, lr: float = LR, batch_siz
             "final_loss_per_datum": loss.item(), "device": str(device), "dtype": "float64"}
 
 
-def svgp_part(sizes, args):
+def svgp_part(sizes, args, progress=None):
     """The library's SVGP against GPyTorch's at each M: ms per step, compile/first step."""
     import numpy as np
 
@@ -246,8 +247,9 @@ def _torch_versions():
     return {"torch": torch.__version__, "gpytorch": gpytorch.__version__, "cuda": torch.cuda.is_available()}
 
 
-def pines_part(sizes, args):
-    """The README's main job in float32 and float64, 4 chains vectorised on the one device."""
+def pines_part(sizes, args, progress=None):
+    """The README's main job in float32 and float64, 4 chains vectorised on the one device;
+    ``progress(result)`` is called with the result so far after each run."""
     import jax.numpy as jnp
 
     from inference.benchmarks import pines as bench
@@ -256,7 +258,13 @@ def pines_part(sizes, args):
     stored = _stored("pines")
     exact = stored["exact"]
     cpu = next((r for name, r in stored["rows"].items() if "main job" in name), None)
+    feature = pines.default_feature(sizes["pines_num_frequencies"])
     rows = []
+    result = {"model": f"models/pines.py: {feature.num_frequencies} frequencies per axis on [{feature.a:.3f}, "
+                       f"{feature.b:.3f}], residual={pines.RESIDUAL}", "chain_method": "vectorized",
+              "rows": rows, "cpu_reference": None if cpu is None else {
+                  "row": "results/pines.json main job (2 chains x (500 + 500) one after another, one CPU core)",
+                  "ms_per_gradient": cpu["ms_per_gradient"], "min_bulk_ess_per_s_incl_compile": cpu["min_bulk_ess_per_s"]}}
     for dtype in ("float32", "float64"):
         with _x64(dtype == "float64"):
             spec = pines.build(SimpleNamespace(grid=pines.GRID, num_frequencies=sizes["pines_num_frequencies"]))
@@ -271,17 +279,14 @@ def pines_part(sizes, args):
         r["distance"] = bench.distance(r, exact)
         r["max_distance"] = max(v["sd_distance"] for v in r["distance"].values())
         rows.append(r)
+        if progress is not None:
+            progress(result)
         print(f"  pines {dtype}: sampling {r['sampling_s']:.1f} s (compile {r['compile_s']:.1f} s), min bulk ESS/s "
               f"{r['min_bulk_ess_per_sampling_s']:.2f}, max distance {r['max_distance']:.2f} sd", flush=True)
-    feature = pines.default_feature(sizes["pines_num_frequencies"])
-    return {"model": f"models/pines.py: {feature.num_frequencies} frequencies per axis on [{feature.a:.3f}, "
-                     f"{feature.b:.3f}], residual={pines.RESIDUAL}", "chain_method": "vectorized",
-            "rows": rows, "cpu_reference": None if cpu is None else {
-                "row": "results/pines.json main job (2 chains x (500 + 500) one after another, one CPU core)",
-                "ms_per_gradient": cpu["ms_per_gradient"], "min_bulk_ess_per_s_incl_compile": cpu["min_bulk_ess_per_s"]}}
+    return result
 
 
-def airline_part(sizes, args):
+def airline_part(sizes, args, progress=None):
     """Dense one-pass statistics and the L-BFGS fit on the synthetic airline set, against the CPU row."""
     import jax
 
@@ -329,7 +334,7 @@ def airline_part(sizes, args):
     return row
 
 
-def float32_part(sizes, args):
+def float32_part(sizes, args, progress=None):
     """float32 against float64 on the device at the README float32 table's settings."""
     import jax
 
@@ -451,19 +456,26 @@ def main(argv=None):
         if store.done(part) and "error" not in store.get(part):  # --resume/--merge: a failed part runs again
             continue
         print(f"\n## {part}", flush=True)
-        t0 = time.perf_counter()
+        t0, last = time.perf_counter(), {}
+
+        def progress(partial, part=part, t0=t0, last=last):  # the summary with this part so far
+            last.update(json.loads(json.dumps(partial, default=float)))
+            _write(store, summary_path, machine, versions, args, sizes, time.perf_counter() - t_start,
+                   {part: {"seconds": time.perf_counter() - t0, "partial": True, **last}})
+
         try:
-            result = RUNNERS[part](sizes, args)
-        except Exception as e:  # one part's failure (e.g. out of memory) must not lose the others
-            traceback.print_exc()
-            result = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            result = RUNNERS[part](sizes, args, progress)
+        except Exception as e:  # one part's failure (e.g. out of memory) must not lose the others (nor this
+            traceback.print_exc()  # part's finished runs; a rerun with --merge redoes the part)
+            result = {**last, "error": f"{type(e).__name__}: {e}"[:2000]}
         store.add({"part": part, "seconds": time.perf_counter() - t0, **result})
         _write(store, summary_path, machine, versions, args, sizes, time.perf_counter() - t_start)
     return _write(store, summary_path, machine, versions, args, sizes, time.perf_counter() - t_start)
 
 
-def _write(store, path, machine, versions, args, sizes, seconds):
+def _write(store, path, machine, versions, args, sizes, seconds, extra=None):
     parts = {r["part"]: {k: v for k, v in r.items() if k != "part"} for r in store.rows}
+    parts.update(extra or {})
     result = {"benchmark": "gpu", "quick": args.quick, **machine, **versions, "sizes": sizes,
               "total_s": seconds, "part_seconds": {k: v.get("seconds") for k, v in parts.items()},
               "errors": {k: v["error"] for k, v in parts.items() if "error" in v},
