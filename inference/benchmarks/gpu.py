@@ -19,8 +19,8 @@ first call).
    beside). The UCI files live in ``../shared/data``, which does not travel to the GPU machine: where
    they are not found, each set is a synthetic stand-in of the same N, D and test size (``data_source``
    says which; the times depend on N, D, m and the batch, not on the values, but the test RMSE/NLPD of
-   a stand-in say nothing about the paper's accuracy claims). Steps: 300 (the median step time needs no more; the CPU benchmark's 3000
-   were for the test errors). ``--quick``: m = 8, 60 steps, kin8nm only.
+   a stand-in say nothing about the paper's accuracy claims). Steps: 300 (the median step time needs no
+   more; the CPU benchmark's 3000 were for the test errors). ``--quick``: m = 8, 60 steps, kin8nm only.
 2. **svgp**: SVGP with inducing points (full q(u), whitened; ``models/uci_hkd.py``'s model, k-means
    initialisation) at M = 1000 and 4000 on protein (or its stand-in), ms per step, against GPyTorch's
    SVGP on the same data, Z, initial hyperparameters, batch, optimiser and dtype (float64), in the same
