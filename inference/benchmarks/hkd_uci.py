@@ -111,9 +111,10 @@ def fit_timed(gp, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0
                            block=block)["model"]
 
 
-def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300) -> float:
-    """Median process CPU time (ms) of NumPyro's minibatch index draw (``plate(..., subsample_size)``),
-    jitted alone: the part of every method's SVI step that does not depend on the model."""
+def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300, timer=time.process_time) -> float:
+    """Median time (ms; ``timer``: process CPU time by default, ``time.perf_counter`` for wall-clock time,
+    the measure on a GPU) of NumPyro's minibatch index draw (``plate(..., subsample_size)``), jitted alone:
+    the part of every method's SVI step that does not depend on the model."""
     import jax
     import numpy as np
     from ppl_sparsegp.compat import subsample_indices
@@ -123,9 +124,9 @@ def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300) -> 
     times = []
     for i in range(repeats):
         key = jax.random.PRNGKey(seed + i + 1)
-        c = time.process_time()
+        c = timer()
         jax.block_until_ready(draw(key))
-        times.append(time.process_time() - c)
+        times.append(timer() - c)
     return 1e3 * float(np.median(times))
 
 
@@ -136,16 +137,18 @@ def method_config(method: str, m: int) -> dict:
             "HVGP 8xm shared": dict(features="harmonic", num_inducing=m, ways=3, shared_z=True)}[method]
 
 
-def run(dataset, split, methods, args):
-    """Fit every method on one data set and split (interleaved timing); one result row per method."""
+def run(dataset, split, methods, args, data=None, timer=time.process_time):
+    """Fit every method on one data set and split (interleaved timing); one result row per method.
+    ``data``: ``(X, y, X_test, y_test, scaler)`` as :func:`models.uci_hkd.load` returns (default: that
+    split); ``timer``: of the subsampling cost (:func:`subsample_ms`)."""
     import numpy as np
 
     from models import uci_hkd
 
-    X, y, X_test, y_test, scaler = uci_hkd.load(dataset, split)
+    X, y, X_test, y_test, scaler = uci_hkd.load(dataset, split) if data is None else data
     gps = {method: uci_hkd.make_gp(X, seed=split, **method_config(method, args.m)) for method in methods}
     fits = fit_interleaved(gps, X, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=split)
-    sub = subsample_ms(len(X), args.batch_size, seed=split)
+    sub = subsample_ms(len(X), args.batch_size, seed=split, timer=timer)
     rows = []
     for method, gp in gps.items():
         params, timing, losses = fits[method]
@@ -158,22 +161,24 @@ def run(dataset, split, methods, args):
     return rows
 
 
-def summarise(rows, methods):
+def summarise(rows, methods, key="ms_per_iter_cpu"):
+    """Per data set and method: means ± sd over splits and the time ratios to SVGP-m, of the time per
+    iteration ``key`` (``"ms_per_iter_wall"`` on a GPU, where process CPU time is not the cost)."""
     import numpy as np
 
     table, summary = [], {}
     for ds in dict.fromkeys(r["dataset"] for r in rows):
-        ref = {r["split"]: r["ms_per_iter_cpu"] for r in rows if r["dataset"] == ds and r["method"] == "SVGP-m"}
+        ref = {r["split"]: r[key] for r in rows if r["dataset"] == ds and r["method"] == "SVGP-m"}
         sub = {r["split"]: r["subsample_ms"] for r in rows if r["dataset"] == ds and "subsample_ms" in r}
         for method in methods:
             rs = [r for r in rows if r["dataset"] == ds and r["method"] == method]
             if not rs:
                 continue
             agg = {k: (float(np.mean([r[k] for r in rs])), float(np.std([r[k] for r in rs])))
-                   for k in ("rmse", "nlpd", "ms_per_iter_cpu")}
-            ratios = [r["ms_per_iter_cpu"] / ref[r["split"]] for r in rs if r["split"] in ref]
+                   for k in dict.fromkeys(("rmse", "nlpd", "ms_per_iter_cpu", key))}
+            ratios = [r[key] / ref[r["split"]] for r in rs if r["split"] in ref]
             agg["time_ratio"] = (float(np.mean(ratios)), float(np.std(ratios))) if ratios else (float("nan"), 0.0)
-            net = [(r["ms_per_iter_cpu"] - sub[r["split"]]) / (ref[r["split"]] - sub[r["split"]]) for r in rs
+            net = [(r[key] - sub[r["split"]]) / (ref[r["split"]] - sub[r["split"]]) for r in rs
                    if r["split"] in ref and r["split"] in sub]
             agg["time_ratio_without_subsampling"] = ((float(np.mean(net)), float(np.std(net))) if net
                                                      else (float("nan"), 0.0))

@@ -158,9 +158,11 @@ def _posterior_stats(draws: dict) -> dict:
     return out
 
 
-def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False):
+def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False,
+             chain_method=None):
     """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; the runner's :func:`fit_nuts`), chains
-    one after another (or in parallel on as many host devices). With ``target_ess`` the chains are extended
+    one after another (or in parallel on as many host devices; ``chain_method`` overrides either, e.g.
+    ``"vectorized"``: every chain on one device, as on a GPU). With ``target_ess`` the chains are extended
     by ``samples`` draws per round (from the adapted state) until every hyperparameter has bulk ESS ≥
     target_ess and R-hat ≤ 1.01, at most ``max_rounds`` rounds."""
     import jax
@@ -177,7 +179,8 @@ def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, m
         if round_ == 0:
             mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
                                chains=chains, target_accept=0.9, init_strategy=init_to_value(values=INIT),
-                               chain_method="parallel" if parallel else "sequential", extra_fields=extra_fields)
+                               chain_method=chain_method or ("parallel" if parallel else "sequential"),
+                               extra_fields=extra_fields)
         else:
             mcmc.post_warmup_state = mcmc.last_state
             mcmc.run(mcmc.post_warmup_state.rng_key, *args, extra_fields=extra_fields)
