@@ -1,0 +1,248 @@
+"""Gaussian observations in a user's own model: the collapsed primitive against the latent model, HSGP and
+the exact GP, in the same run, with the refinement check's verdict.
+
+``python -m inference.benchmarks.gaussian_own_model [--quick] [--settings tail centre] [--models ...]
+[--warmup 500] [--samples 1000] [--cpu N]``
+
+A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated from a linear mean
+(β = (0.3, 0.2) on H = [1, (t − 20)/20]), a Matérn-5/2 trend GP (σ² = 0.5, ℓ = 2), a periodic seasonal GP
+(σ² = 0.3, ℓ = 1, period 1) and Gaussian noise (σ = 0.1). Every model has the same priors: trend
+ℓ ~ LogNormal(log m, 0.5), trend σ² ~ LogNormal(log 0.5, 1), seasonal σ² ~ LogNormal(log 0.3, 1), noise
+σ ~ HalfNormal(0.3), β ~ N(0, I); the trend's prior median m puts the true ℓ at the prior's centre
+(``centre``: m = 2) or in its 1% tail (``tail``: m = 2·e^{0.5·2.326} = 6.4). Models, each NUTS
+2 × (500 + 1 000) draws, chains one after another, on one pinned core:
+
+* **exact**: y ~ N(Hβ̄, K_trend + K_season + HBHᵀ + σ²I) by dense Cholesky (O(N³) per gradient);
+* **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, prior, nu=2.5,
+  tolerance=0.01·σ_n²/σ_f²)`` (the rule's advice, at the priors' medians σ_n = 0.1·… see ``TOLERANCE``)
+  for the trend and ``FourierFeatures(0, 1, 8)`` for the seasonal kernel, β integrated out;
+* **latent VFF**: the same features through ``spectral_gp`` (whitened inducing sites, β sampled, a
+  ``dist.Normal`` likelihood): the model a user writes without the collapsed primitive;
+* **HSGP**: ``numpyro.contrib.hsgp``'s ``hsgp_matern`` (m = 79, L = 1.5 × the half span) for the trend;
+  the seasonal part is the same 8-term Fourier series as the others' (``hsgp_periodic_non_centered``
+  computes that series too, but needs TensorFlow Probability for its Bessel functions), β sampled.
+
+Per row: each hyperparameter's posterior mean ± sd and its distance to the exact posterior
+(|mean − exact mean| / exact sd), leapfrog steps per draw, min bulk ESS, min bulk ESS per second (wall of
+the fit, compilation included) and the verdicts of the residual check (``adequacy``) and the refinement
+check (``refinement_check``: importance weights and a 200 + 200 refit for the collapsed model, a
+100 + 100 refit for the latent one). Also the collapsed model's ms per gradient at N = 500 and at
+N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
+"""
+from __future__ import annotations
+
+import math
+
+from inference.benchmarks import harness
+
+N, SPAN, NOISE = 500, 40.0, 0.1
+TRUTH = {"trend_ell": 2.0, "trend_var": 0.5, "season_var": 0.3, "noise": NOISE}
+HYPER = ("trend_ell", "trend_var", "season_var", "noise")
+PRIOR_MEDIAN = {"centre": 2.0, "tail": 2.0 * math.exp(0.5 * 2.326)}  # true ℓ at the centre / the 1% quantile
+TOLERANCE = 0.01 * NOISE**2 / TRUTH["trend_var"]  # from_data's advice: 0.01 σ_n²/σ_f²
+MODELS = ("exact", "collapsed VFF", "latent VFF", "HSGP")
+HSGP_M, HSGP_C, SEASON_TERMS = 79, 1.5, 8
+
+
+def simulate(n=N, seed=0):
+    """(t, y, H): the series described in the module docstring, drawn from the exact model."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ppl_sparsegp import Matern52, Periodic
+
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0.0, SPAN, n))
+    H = np.stack([np.ones(n), (t - SPAN / 2) / (SPAN / 2)], 1)
+    T = jnp.asarray(t)[:, None]
+    K = np.asarray(Matern52(TRUTH["trend_var"], TRUTH["trend_ell"])(T) + Periodic(TRUTH["season_var"], 1.0, 1.0)(T))
+    f = np.linalg.cholesky(K + 1e-9 * np.eye(n)) @ rng.normal(size=n)
+    return t, H @ np.array([0.3, 0.2]) + f + NOISE * rng.normal(size=n), H
+
+
+def priors(setting):
+    import numpy as np
+    import numpyro.distributions as dist
+
+    return {"trend_ell": dist.LogNormal(np.log(PRIOR_MEDIAN[setting]), 0.5),
+            "trend_var": dist.LogNormal(np.log(0.5), 1.0), "season_var": dist.LogNormal(np.log(0.3), 1.0),
+            "noise": dist.HalfNormal(0.3)}
+
+
+def _hyper(setting):
+    import numpyro
+
+    return {k: numpyro.sample(k, p) for k, p in priors(setting).items()}
+
+
+def features(t, setting):
+    """(trend feature, seasonal feature): the size rule at the trend prior, 8 seasonal frequencies."""
+    from ppl_sparsegp import FourierFeatures
+
+    return (FourierFeatures.from_data(t, priors(setting)["trend_ell"], nu=2.5, tolerance=TOLERANCE),
+            FourierFeatures(0.0, 1.0, SEASON_TERMS))
+
+
+def models(t, H, setting):
+    """name -> NumPyro model(t, y) of the module docstring."""
+    import jax.numpy as jnp
+    import numpy as np
+    import numpyro
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import Matern52, Periodic, marginal_spectral_gp, spectral_gp
+
+    trend, season = features(t, setting)
+    beta = dist.Normal(jnp.zeros(2), 1.0)
+
+    def exact(t, y):
+        h = _hyper(setting)
+        T = jnp.asarray(t)[:, None]
+        K = (Matern52(h["trend_var"], h["trend_ell"])(T) + Periodic(h["season_var"], 1.0, 1.0)(T)
+             + H @ H.T + h["noise"] ** 2 * jnp.eye(len(t)))
+        numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(len(t)), K), obs=y)
+
+    def collapsed(t, y):
+        h = _hyper(setting)
+        marginal_spectral_gp("y", {"trend": (trend, Matern52(h["trend_var"], h["trend_ell"])),
+                                   "season": (season, Periodic(h["season_var"], 1.0, 1.0))},
+                             t, y, h["noise"], mean_basis=H, mean_prior=beta)
+
+    def latent(t, y):
+        h = _hyper(setting)
+        f = (spectral_gp("trend", trend, Matern52(h["trend_var"], h["trend_ell"]), t)
+             + spectral_gp("season", season, Periodic(h["season_var"], 1.0, 1.0), t))
+        b = numpyro.sample("mean_weights", beta.to_event(1))
+        numpyro.sample("y", dist.Normal(H @ b + f, h["noise"]), obs=y)
+
+    def hsgp(t, y):
+        from numpyro.contrib.hsgp.approximation import hsgp_matern
+
+        h = _hyper(setting)
+        x = (t - SPAN / 2)[:, None]
+        f = (hsgp_matern(x, nu=2.5, alpha=h["trend_var"], length=h["trend_ell"], ell=HSGP_C * SPAN / 2, m=HSGP_M)
+             + spectral_gp("season", season, Periodic(h["season_var"], 1.0, 1.0), t))
+        b = numpyro.sample("mean_weights", beta.to_event(1))
+        numpyro.sample("y", dist.Normal(H @ b + f, h["noise"]), obs=y)
+
+    return {"exact": exact, "collapsed VFF": collapsed, "latent VFF": latent, "HSGP": hsgp}
+
+
+def fit(model, t, y, *, warmup, samples, seed=0):
+    """NUTS, 2 chains one after another; the row's posterior summary and sampler figures."""
+    import jax
+    import numpy as np
+    from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+
+    from inference.runner import fit_nuts
+
+    with harness.clock() as c:
+        mcmc, _ = fit_nuts(model, t, y, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
+                           chains=2, chain_method="sequential", extra_fields=("num_steps", "diverging"))
+    s = mcmc.get_samples(group_by_chain=True)
+    post = {k: {"mean": float(np.mean(s[k])), "sd": float(np.std(s[k])),
+                "bulk_ess": float(effective_sample_size(np.asarray(s[k]))),
+                "rhat": float(split_gelman_rubin(np.asarray(s[k])))} for k in HYPER}
+    extra = mcmc.get_extra_fields()
+    bulk = min(v["bulk_ess"] for v in post.values())
+    row = {"wall_s": c.wall, "cpu_s": c.cpu, "compile_s": c.compile, "min_bulk_ess": bulk,
+           "min_bulk_ess_per_s": bulk / c.wall, "leapfrog_per_draw": float(np.mean(extra["num_steps"])),
+           "divergences": int(np.sum(extra["diverging"])), "max_rhat": max(v["rhat"] for v in post.values()),
+           "posterior": post}
+    return row, mcmc
+
+
+def checks(name, model, mcmc, t, y, setting, quick):
+    """The residual and refinement checks' verdicts for the library's models (None for the others)."""
+    from ppl_sparsegp import Matern52, diagnostics
+
+    if name not in ("collapsed VFF", "latent VFF"):
+        return {}
+    samples = mcmc.get_samples()
+    trend, _ = features(t, setting)
+    residual = diagnostics.adequacy(trend, samples, t,
+                                    kernel=lambda d: Matern52(d["trend_var"], d["trend_ell"]))
+    n = 50 if quick else (200 if name == "collapsed VFF" else 100)
+    with harness.clock() as c:
+        refined = diagnostics.refinement_check(model, samples, t, y, num_warmup=n, num_samples=n)
+    return {"adequacy_ok": residual["ok"], "adequacy_median": residual["median"],
+            "refinement_ok": refined["ok"], "refinement_k_hat": refined["k_hat"],
+            "refinement_shift_is": refined["shift_is"], "refinement_shift_refit": refined["shift_refit"],
+            "refinement_message": refined["message"], "refinement_s": c.wall}
+
+
+def gradient_costs(sizes, setting="centre"):
+    """{N: ms per gradient} of the collapsed model's potential (the statistics path)."""
+    from inference.benchmarks.pines import gradient_cost
+
+    out = {}
+    for n in sizes:
+        t, y, H = simulate(n)
+        out[str(n)] = gradient_cost(models(t, H, setting)["collapsed VFF"], (t, y), repeats=100)[1]
+    return out
+
+
+COLUMNS = [("setting", "setting", ""), ("model", "name", "")] + [
+    (k, lambda r, k=k: (r["posterior"][k]["mean"], r["posterior"][k]["sd"]), harness.pm(3, always=True))
+    for k in HYPER] + [
+    ("max distance (exact sd)", "max_sd_distance", ".2f"), ("leapfrog/draw", "leapfrog_per_draw", ".0f"),
+    ("min bulk ESS", "min_bulk_ess", ".0f"), ("min bulk ESS/s", "min_bulk_ess_per_s", ".2f"),
+    ("wall s", "wall_s", ".0f"), ("max R-hat", "max_rhat", ".3f"),
+    ("residual check", lambda r: None if "adequacy_ok" not in r else ("pass" if r["adequacy_ok"] else "fail"), ""),
+    ("refinement check", lambda r: None if "refinement_ok" not in r else ("pass" if r["refinement_ok"] else "fail"),
+     "")]
+
+
+def main(argv=None):
+    p = harness.parser("gaussian_own_model", __doc__, cpu="last")
+    p.add_argument("--settings", nargs="+", default=["tail", "centre"], choices=sorted(PRIOR_MEDIAN))
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--warmup", type=int, default=500)
+    p.add_argument("--samples", type=int, default=1000)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.warmup, args.samples = 50, 50
+    machine = harness.setup(args, one_thread=True)
+    import jax  # noqa: F401  (after setup)
+
+    t, y, H = simulate()
+    settings = {"n": N, "warmup": args.warmup, "samples": args.samples, "chains": 2, "tolerance": TOLERANCE}
+    store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
+    for setting in args.settings:
+        built = models(t, H, setting)
+        for name in args.models:
+            if store.done(setting, name):
+                continue
+            print(f"{setting}: {name} ...", flush=True)
+            row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
+            row.update(checks(name, built[name], mcmc, t, y, setting, args.quick))
+            store.add({"setting": setting, "name": name, **row})
+    rows = []
+    for setting in args.settings:
+        group = {r["name"]: r for r in store.rows if r["setting"] == setting}
+        exact = group.get("exact")
+        for name in MODELS:
+            if name in group:
+                r = dict(group[name])
+                if exact is not None:
+                    d = {k: abs(r["posterior"][k]["mean"] - exact["posterior"][k]["mean"]) / exact["posterior"][k]["sd"]
+                         for k in HYPER}
+                    r.update(sd_distance=d, max_sd_distance=max(d.values()))
+                rows.append(r)
+    print(harness.table(rows, COLUMNS))
+    costs = gradient_costs([N] if args.quick else [N, 100_000])
+    print("\ncollapsed VFF, ms per gradient by N:", {k: round(v, 3) for k, v in costs.items()})
+    ratios = {}
+    for setting in args.settings:
+        by = {r["name"]: r for r in rows if r["setting"] == setting}
+        if "collapsed VFF" in by:
+            c = by["collapsed VFF"]["min_bulk_ess_per_s"]
+            ratios[setting] = {f"collapsed_over_{k.replace(' ', '_')}": c / by[k]["min_bulk_ess_per_s"]
+                               for k in ("exact", "latent VFF", "HSGP") if k in by}
+    print("collapsed VFF's min bulk ESS/s over the others':", ratios)
+    store.write_json({"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
+                      "rows": rows, "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios})
+
+
+if __name__ == "__main__":
+    main()
