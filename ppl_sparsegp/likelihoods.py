@@ -189,7 +189,7 @@ class Likelihood(Module):
     # -- Gaussian integrals ------------------------------------------------------------------------
     def variational_expectation(self, y, mean, var, key=None):
         r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
-        ``key`` is used only by Monte Carlo likelihoods, see :attr:`monte_carlo`).
+        ``key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
 
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
@@ -466,7 +466,7 @@ class MulticlassLikelihood(Likelihood):
 
     @property
     def num_latent(self) -> int:
-        """C: one latent function per class."""
+        """The number C of latent functions, one per class."""
         return self.num_classes
 
     def __init__(self, num_classes: int, *, num_points: int = 20):

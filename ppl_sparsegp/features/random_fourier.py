@@ -157,11 +157,11 @@ class ImportanceFourierFeatures(InducingFeature):
 
     .. math::
 
-        oldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cosoldsymbol\omega_r^	op\mathbf x;        \sqrt{w_r}\sinoldsymbol\omega_r^	op\mathbf x]_r,\qquad w_r = p_\ell(oldsymbol\omega_r) /
-        q(oldsymbol\omega_r),
+        \boldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cos\boldsymbol\omega_r^\top\mathbf x;        \sqrt{w_r}\sin\boldsymbol\omega_r^\top\mathbf x]_r,\qquad w_r = p_\ell(\boldsymbol\omega_r) /
+        q(\boldsymbol\omega_r),
 
-    so :math:`\sigma^2oldsymbol\phi_\ell(\mathbf x)^	opoldsymbol\phi_\ell(\mathbf x') =
-    rac{\sigma^2}{R}\sum_r w_r\cosoldsymbol\omega_r^	op(\mathbf x - \mathbf x')` is an unbiased
+    so :math:`\sigma^2\boldsymbol\phi_\ell(\mathbf x)^\top\boldsymbol\phi_\ell(\mathbf x') =
+    \frac{\sigma^2}{R}\sum_r w_r\cos\boldsymbol\omega_r^\top(\mathbf x - \mathbf x')` is an unbiased
     importance-sampling estimate of :math:`k_\ell(\mathbf x - \mathbf x')` for every ℓ [1, eq. 5; 3].
     Weight space as for :class:`RandomFourierFeatures`: :math:`K_{uu} = \sigma^2 I`,
     :math:`K_{uf} = \sigma^2\Phi_\ell(X)`. The estimate's variance grows with :math:`\mathbb E_q[w^2]`:
