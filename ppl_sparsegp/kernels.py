@@ -40,9 +40,18 @@ __all__ = ["Periodic", "SphereEmbedded", "constant_kernel_diagonal", "Kernel", "
 
 
 def check_inputs(X, name: str = "X", input_dim: int | None = None):
-    """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given.
+    """Validate an input array of shape (N, D): rank 2, at least one row, finite, matching ``input_dim``
+    if given. Every feature, kernel and approximation checks its inputs here.
 
-    A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built)."""
+    A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built).
+
+    :param X: the inputs (N, D).
+    :param name: the argument's name, for the error messages.
+    :param input_dim: the number of input dimensions D required, or None for any.
+    :returns: X as a JAX array (a Grid unchanged).
+    :raises ValueError: for NaN or infinite entries, a rank other than 2, zero rows, or a D other than
+        ``input_dim``.
+    """
     if isinstance(X, Grid):
         if input_dim is not None and X.shape[1] != input_dim:
             raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
@@ -52,6 +61,8 @@ def check_inputs(X, name: str = "X", input_dim: int | None = None):
         X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape (N, D) (rank 2), got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {X.shape}): give at least one input")
     if input_dim is not None and X.shape[1] != input_dim:
         raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
     return X

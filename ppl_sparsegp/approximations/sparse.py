@@ -114,7 +114,19 @@ class SparseGP(GPModel):
         return numpyro.prng_key()
 
     def model(self, X, y=None, *, batch_size: int | None = None):
-        """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive)."""
+        """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive).
+
+        :param X: inputs (N, D) or a :class:`~ppl_sparsegp.Grid`.
+        :param y: targets (N,) (class labels for a multiclass likelihood), or None to draw them.
+        :param batch_size: a minibatch of this many rows per step (``numpyro.plate`` subsampling, the
+            likelihood scaled by N/batch_size), or None for all N rows.
+        :raises ValueError: for bad data (see ``check_inputs``) or a ``batch_size`` that is not an int in
+            1..N.
+        """
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, (int, np.integer))):
+            raise ValueError(f"batch_size must be a positive int (rows per minibatch) or None, got "
+                             f"{batch_size!r} of type {type(batch_size).__name__}")
         kernel, likelihood, feature, c = self.components()
         X, y = self._check_data(X, y, likelihood)
         u, Kmm = self._inducing(feature, kernel)

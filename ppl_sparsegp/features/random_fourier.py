@@ -118,10 +118,31 @@ class RandomFourierFeatures(InducingFeature):
         return 2 * self.num_frequencies
 
     def check_inputs(self, X, name: str = "X"):
+        """Inputs (N, D) with D the frequencies' input dimension."""
         return check_inputs(X, name, self.input_dim)
 
+    def check_kernel(self, kernel):
+        """Refuse a kernel whose lengthscale (value or prior) is neither a scalar nor one per input
+        dimension of the frequencies.
+
+        :raises ValueError: naming both shapes and the fix."""
+        self._check_lengthscale_shape(_frequency_shape(getattr(kernel, "lengthscale", 1.0)))
+
+    def _check_lengthscale_shape(self, shape):
+        D = self.input_dim
+        if tuple(shape) not in ((), (1,), (D,)):
+            raise ValueError(f"RandomFourierFeatures: the kernel's lengthscale has shape {tuple(shape)} but the "
+                             f"frequencies have D = {D} input dimension(s) (shape (R, {D})): give a scalar "
+                             f"lengthscale or one of shape ({D},), or frequencies with one column per "
+                             f"lengthscale entry")
+
     def features(self, X, lengthscale=1.0):
-        r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`."""
+        r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`.
+
+        :param X: inputs (N, D).
+        :param lengthscale: ℓ, a scalar or (D,): the features of the kernel at this lengthscale.
+        :raises ValueError: for bad inputs or a lengthscale of another shape."""
+        self._check_lengthscale_shape(jnp.shape(lengthscale))
         X = self.check_inputs(X)
         proj = self.frequencies @ (X / lengthscale).T  # (R, N): ω_rᵀ x̃_n
         scale = 1.0 / math.sqrt(self.num_frequencies)
