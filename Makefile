@@ -39,5 +39,5 @@ docs-fast: $(VENV)/.installed-docs
 	PPL_SPARSEGP_DOCS_EXECUTE=0 $(SPHINX)
 
 # build the wheel and sdist, install the wheel into a fresh venv outside the repository, import and fit there
-wheel-check: $(VENV)/.installed-docs
+wheel-check: $(VENV)/.installed-test
 	PYTHON=$(PY) .ci/wheel_check
