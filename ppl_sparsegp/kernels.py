@@ -191,7 +191,13 @@ def _safe_sqrt(x):
 
 
 class SquaredExponential(Stationary):
-    r"""Squared exponential: :math:`\rho(\tau) = e^{-\tau^2/2}`; :math:`p_1 = \mathcal N(0, I)`."""
+    r"""Squared exponential: :math:`\rho(\tau) = e^{-\tau^2/2}`; :math:`p_1 = \mathcal N(0, I)`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     def profile(self, tau):
         return jnp.exp(-0.5 * tau**2)
@@ -231,7 +237,13 @@ class _Matern(Stationary):
 
 
 class Matern12(_Matern):
-    r"""Matérn-1/2 (exponential): :math:`\rho(\tau) = e^{-\tau}`."""
+    r"""Matérn-1/2 (exponential): :math:`\rho(\tau) = e^{-\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 0.5
 
@@ -240,7 +252,13 @@ class Matern12(_Matern):
 
 
 class Matern32(_Matern):
-    r"""Matérn-3/2: :math:`\rho(\tau) = (1+\sqrt3\tau)e^{-\sqrt3\tau}`."""
+    r"""Matérn-3/2: :math:`\rho(\tau) = (1+\sqrt3\tau)e^{-\sqrt3\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 1.5
 
@@ -250,7 +268,13 @@ class Matern32(_Matern):
 
 
 class Matern52(_Matern):
-    r"""Matérn-5/2: :math:`\rho(\tau) = (1+\sqrt5\tau+5\tau^2/3)e^{-\sqrt5\tau}`."""
+    r"""Matérn-5/2: :math:`\rho(\tau) = (1+\sqrt5\tau+5\tau^2/3)e^{-\sqrt5\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 2.5
 
