@@ -30,7 +30,8 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
-# the site with every notebook executed (docs/_build/html/index.html); warnings are errors
+# the site with every notebook executed at the tests' reduced size (PPL_SPARSEGP_DOCS_FULL=1: full size),
+# into docs/_build/html/index.html; warnings are errors
 docs: $(VENV)/.installed-docs
 	$(SPHINX)
 

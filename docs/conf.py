@@ -2,8 +2,8 @@
 
 Generated at every build (not in git): ``api/`` (one page per public module, from ``__all__``: see
 ``_ext/apigen.py``) and ``examples/<name>.py`` (a copy of every ``notebooks/*.py``, executed by myst-nb
-through jupytext). ``PPL_SPARSEGP_DOCS_EXECUTE=0`` builds without executing the notebooks (CI: ``make
-docs-fast``). Nothing is fetched from the network (no intersphinx): references to other projects'
+through jupytext at the tests' reduced size, ``QUICK=1``; ``PPL_SPARSEGP_DOCS_FULL=1``: at full size).
+``PPL_SPARSEGP_DOCS_EXECUTE=0`` builds without executing anything (CI: ``make docs-fast``). Nothing is fetched from the network (no intersphinx): references to other projects'
 objects are ignored explicitly in ``nitpick_ignore_regex``.
 """
 import importlib
@@ -73,12 +73,26 @@ nb_execution_timeout = 1200
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
 nb_kernel_rgx_aliases = {".*": "python3"}
+# the notebooks run at the reduced size of the tests (QUICK=1: seconds each, same code, outputs and plots);
+# PPL_SPARSEGP_DOCS_FULL=1 executes them at full size (minutes each on a 2-core machine)
+os.environ["QUICK"] = "0" if os.environ.get("PPL_SPARSEGP_DOCS_FULL") == "1" else "1"
 # the notebooks write their PNGs to NOTEBOOK_OUT (default "."): keep them out of the source tree
 os.environ.setdefault("NOTEBOOK_OUT", tempfile.mkdtemp(prefix="ppl_sparsegp_docs_"))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".py": "myst-nb"}
+
+# --- math ------------------------------------------------------------------------------------------
+# MathJax from its CDN when the pages are read (nothing is fetched at build time). For reading offline,
+# PPL_SPARSEGP_MATHJAX names a local MathJax 2 (e.g. Debian's libjs-mathjax:
+# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML).
+if os.environ.get("PPL_SPARSEGP_MATHJAX"):
+    mathjax_path = os.environ["PPL_SPARSEGP_MATHJAX"]
+    mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]],
+                                   "processEscapes": True, "processEnvironments": True},
+                       "HTML-CSS": {"availableFonts": ["TeX"]}}
+    myst_update_mathjax = False  # MyST's MathJax 3 options would replace MathJax 2's configuration
 
 # --- HTML ------------------------------------------------------------------------------------------
 html_theme = "furo"
