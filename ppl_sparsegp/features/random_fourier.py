@@ -339,6 +339,11 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
     :math:`b^{-K}` grid, K chosen for a resolution below 2⁻⁴⁰), and the stratification of the Halton
     sequence is kept: for :math:`n = b_j^m` points every interval :math:`[c/n, (c+1)/n)` of coordinate j
     holds exactly one point. Traceable in ``key`` (static shapes).
+
+    :param key: a JAX PRNG key (the digit permutations).
+    :param num_points: the number of points; ``dim``: their dimension (at most the primes tabulated).
+    :param dtype: the float dtype of the result (default: JAX's default float).
+    :returns: an array (num_points, dim) in (0, 1).
     """
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
         raise ValueError(f"num_points must be a positive int, got {num_points!r}")
@@ -400,7 +405,13 @@ def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method
     r"""R frequencies of the unit-lengthscale kernel, shape (R, D), by ``method`` (module docstring).
 
     :param kernel: a stationary kernel (its family chooses :math:`p_1`).
+    :param key: a JAX PRNG key.
+    :param num_frequencies: R.
+    :param input_dim: D.
     :param method: ``"mc"``, ``"qmc"`` (scrambled Halton) or ``"orf"`` (orthogonal random features).
+    :returns: Ω, an array (R, D).
+    :raises ValueError: for an unknown ``method``, a non-positive R or D, or a kernel the method does
+        not support (quasi-Monte Carlo for some families).
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
