@@ -79,6 +79,8 @@ os.environ["QUICK"] = "0" if os.environ.get("PPL_SPARSEGP_DOCS_FULL") == "1" els
 # the notebooks write their PNGs to NOTEBOOK_OUT (default "."): keep them out of the source tree
 os.environ.setdefault("NOTEBOOK_OUT", tempfile.mkdtemp(prefix="ppl_sparsegp_docs_"))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# tqdm's "IProgress not found" (no ipywidgets in the kernel) is noise on every page that imports NumPyro
+os.environ.setdefault("PYTHONWARNINGS", "ignore:IProgress not found")
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".py": "myst-nb"}
@@ -97,7 +99,8 @@ if os.environ.get("PPL_SPARSEGP_MATHJAX"):
 # --- HTML ------------------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"ppl_sparsegp {version}"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["tables.css"]
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
 
