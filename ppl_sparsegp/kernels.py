@@ -387,7 +387,10 @@ class _Combination(Kernel):
 
 
 class Additive(_Combination):
-    r"""Additive kernel :math:`k(\mathbf x,\mathbf x') = \sum_d k_d(x_d, x'_d)` [1, §4.1]."""
+    r"""Additive kernel :math:`k(\mathbf x,\mathbf x') = \sum_d k_d(x_d, x'_d)` [1, §4.1].
+
+    :param kernels: a sequence of D one-dimensional kernels, ``kernels[d]`` acting on input column d.
+    :raises ValueError: for an empty sequence or an element that is not a Kernel."""
 
     def __call__(self, X1, X2=None):
         return jnp.sum(self.parts(X1, X2), 0)
@@ -400,6 +403,9 @@ class Product(_Combination):
     r"""Separable kernel :math:`k(\mathbf x,\mathbf x') = \prod_d k_d(x_d, x'_d)` [1, §4.2].
 
     Its spectral density is the product of the 1-D densities, so frequencies are drawn per dimension.
+
+    :param kernels: a sequence of D one-dimensional kernels, ``kernels[d]`` acting on input column d.
+    :raises ValueError: for an empty sequence or an element that is not a Kernel.
     """
 
     def __call__(self, X1, X2=None):

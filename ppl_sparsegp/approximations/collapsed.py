@@ -124,6 +124,9 @@ def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
     r"""The optimal q(v) for u = R v: :math:`S_v = (I + WW^\top/\sigma^2)^{-1}`,
     :math:`\mathbf m_v = S_v W\mathbf y/\sigma^2` (eq. 29 of [2] with its missing Kuu⁻¹ restored).
 
+    :param Kmm: Kuu as a LinearOperator (M, M).
+    :param stats: the :class:`~ppl_sparsegp.covariances.SufficientStatistics` of the data.
+    :param noise_variance: :math:`\sigma^2 > 0`.
     :returns: ``(m_v, S_v)`` with S_v a :class:`~ppl_sparsegp.linalg.Dense` operator.
     """
     LB, _, Wy = _whitened_stats(Kmm, stats, noise_variance)
