@@ -30,7 +30,8 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
-# the site with every notebook executed (docs/_build/html/index.html); warnings are errors
+# the site with every notebook executed at the tests' reduced size (PPL_SPARSEGP_DOCS_FULL=1: full size),
+# into docs/_build/html/index.html; warnings are errors
 docs: $(VENV)/.installed-docs
 	$(SPHINX)
 
@@ -39,5 +40,5 @@ docs-fast: $(VENV)/.installed-docs
 	PPL_SPARSEGP_DOCS_EXECUTE=0 $(SPHINX)
 
 # build the wheel and sdist, install the wheel into a fresh venv outside the repository, import and fit there
-wheel-check: $(VENV)/.installed-docs
+wheel-check: $(VENV)/.installed-test
 	PYTHON=$(PY) .ci/wheel_check

@@ -33,7 +33,14 @@ __all__ = ["conditional", "projected_mean", "projection"]
 
 def projection(feature, kernel, X, *, whiten: bool, Kmm=None, Kmn=None):
     r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
-    :math:`K_{fu}K_{uu}^{-1}K_{uf}`."""
+    :math:`K_{fu}K_{uu}^{-1}K_{uf}`.
+
+    :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+    :param kernel: a concrete kernel.
+    :param X: inputs (N, D) or a Grid.
+    :param whiten: A for the whitened parameterisation (u = R v) or for u.
+    :param Kmm: a precomputed Kuu (optional); ``Kmn``: a precomputed Kuf (optional).
+    :returns: ``(A, qff_diag)``, arrays (M', N) and (N,)."""
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     Kmn = Kuf(feature, kernel, X) if Kmn is None else Kmn
     return _projection_of(Kmm, Kmn, whiten)
@@ -58,7 +65,15 @@ def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, 
 def projected_mean(feature, kernel, X, q_mu, *, whiten: bool, Kmm=None):
     """The conditional's mean alone, :math:`K_{fu}K_{uu}^{-1}\mathbf u` (u = R v whitened): the projected
     process, for callers that need no variance (``spectral_gp``). Families on the default conditional skip
-    the variance's work; a family with its own ``conditional`` gives that one's mean."""
+    the variance's work; a family with its own ``conditional`` gives that one's mean.
+
+    :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+    :param kernel: a concrete kernel.
+    :param X: inputs (N, D) or a Grid.
+    :param q_mu: the inducing variables (M,) (v when ``whiten``).
+    :param whiten: read ``q_mu`` as v with u = R v.
+    :param Kmm: a precomputed Kuu (optional).
+    :returns: the mean (N,)."""
     if conditional.dispatch(feature) is not conditional.default:
         return conditional(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)[0]
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm

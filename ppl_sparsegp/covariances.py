@@ -88,21 +88,67 @@ class FeatureDispatcher:
         return self.dispatch(feature)(feature, *args, **kwargs)
 
 
-Kuu = Dispatcher("Kuu", "Kuu(feature, kernel) -> LinearOperator: covariance of the inducing variables.")
-Kuf = Dispatcher("Kuf", "Kuf(feature, kernel, X) -> (M, N) array: cross-covariance cov(u, f(X)).")
-conditional = FeatureDispatcher("conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, *,
-whiten=False, Kmm=None, key=None) -> (mean, var): marginals of q(f(X)) for q(u) = N(q_mu, q_cov) (or of
-p(f | u = q_mu) when q_cov is None). ``whiten=True`` reads q_mu, q_cov as the distribution of v with
-u = R v. ``key``: a PRNG key for the families that estimate Kuf by Monte Carlo (trigonometric VOF with
-a stochastic estimator); without it they use their deterministic quadrature.""")
-kuf_basis = Dispatcher("kuf_basis", r"""kuf_basis(feature, kernel, X) -> (s, Φ): Kuf = diag(s) Φ with Φ (M, N)
-free of the hyperparameters where the family allows (s is None for s = 1): a model integrating the
-inducing variables out then computes the data statistics ΦΦᵀ, Φy once. The default is (None, Kuf), which
-is concrete inside a trace exactly when Kuf does not depend on the hyperparameters (VFF inside its box);
-the periodic kernel's Fourier features register Φ = the Fourier basis, s = the kernel's coefficients.""")
-sufficient_statistics = Dispatcher("sufficient_statistics", r"""sufficient_statistics(feature, kernel, X,
-y, **options) -> SufficientStatistics of all the data (A = Kuf Kufᵀ, c = Kuf y, yᵀy, N, Kuf·1, Σy). The
-default forms Kuf; VFF registers its one-pass streaming (any array kind, chunks, NUFFT).""")
+Kuu = Dispatcher("Kuu", """Kuu(feature, kernel)
+
+The covariance of the inducing variables, :math:`K_{uu} = \operatorname{cov}(\mathbf u, \mathbf u)`.
+
+:param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+:param kernel: a concrete kernel (no priors left in it).
+:returns: a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M) whose structure the family chooses
+    (dense, diagonal + low rank, block-diagonal, Kronecker, identity).
+:raises NotImplementedError: when no family registered this (feature, kernel) pair; the message lists
+    the kernels the feature supports.""")
+Kuf = Dispatcher("Kuf", """Kuf(feature, kernel, X)
+
+The cross-covariance :math:`K_{uf} = \operatorname{cov}(\mathbf u, f(X))`.
+
+:param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+:param kernel: a concrete kernel.
+:param X: inputs (N, D), or a :class:`~ppl_sparsegp.Grid`.
+:returns: an (M, N) array.
+:raises NotImplementedError: when no family registered this (feature, kernel) pair.""")
+conditional = FeatureDispatcher("conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, whiten=False, Kmm=None, key=None)
+
+The marginals of :math:`q(f(X))` for :math:`q(\mathbf u) = \mathcal N(\mathbf m, S)` (or of
+:math:`p(f \mid \mathbf u = \mathbf m)` when ``q_cov`` is None):
+:math:`\mu = K_{fu}K_{uu}^{-1}\mathbf m`,
+:math:`\sigma^2 = k_{ff} - \operatorname{diag}(K_{fu}K_{uu}^{-1}(K_{uu} - S)K_{uu}^{-1}K_{uf})`
+[Titsias 2009; Hensman et al. 2015]. The default is :func:`ppl_sparsegp.conditionals.conditional`;
+a family registers a faster one where its structure allows.
+
+:param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+:param kernel: a concrete kernel.
+:param X: inputs (N, D) or a Grid.
+:param q_mu: the mean (M,) of q(u) (of q(v) when ``whiten``).
+:param q_cov: its covariance, a LinearOperator (M, M), or None for the conditional at ``u = q_mu``.
+:param whiten: (keyword-only, as ``Kmm`` and ``key``) read ``q_mu``, ``q_cov`` as the distribution of v with u = R v.
+:param Kmm: a precomputed :data:`Kuu` (optional).
+:param key: a PRNG key for the families that estimate Kuf by Monte Carlo (trigonometric VOF with a
+    stochastic estimator); without it they use their deterministic quadrature.
+:returns: ``(mean, var)``, each (N,).""")
+kuf_basis = Dispatcher("kuf_basis", r"""kuf_basis(feature, kernel, X)
+
+Kuf factored as :math:`\operatorname{diag}(\mathbf s)\Phi` with Φ free of the hyperparameters where the
+family allows: a model integrating the inducing variables out (:func:`~ppl_sparsegp.marginal_spectral_gp`)
+then computes the data statistics ΦΦᵀ, Φy once. The default is ``(None, Kuf)``, concrete inside a trace
+exactly when Kuf does not depend on the hyperparameters (VFF inside its box); the periodic kernel's
+Fourier features register Φ = the Fourier basis and s = the kernel's Fourier coefficients.
+
+:param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+:param kernel: a concrete kernel.
+:param X: inputs (N, D).
+:returns: ``(s, Phi)``: s (M,) or None (for s = 1), Phi an (M, N) array.
+:raises NotImplementedError: when Kuf is not defined for this (feature, kernel) pair.""")
+sufficient_statistics = Dispatcher("sufficient_statistics", r"""sufficient_statistics(feature, kernel, X, y)
+
+The :class:`SufficientStatistics` of all the data: :math:`A = K_{uf}K_{uf}^\top`,
+:math:`\mathbf c = K_{uf}\mathbf y`, :math:`\mathbf y^\top\mathbf y`, N, :math:`K_{uf}\mathbf 1` and
+:math:`\sum_n y_n`, all the collapsed bound needs. The default forms Kuf; VFF registers its one-pass
+streaming (any array kind, chunks, NUFFT: :func:`~ppl_sparsegp.features.fourier_statistics.fourier_statistics`).
+
+:param X: inputs (N, D); ``y``: targets (N,).
+:param options: keyword options of the registered implementation (VFF's: ``chunk_size``, ``method``, ...).
+:returns: a :class:`SufficientStatistics`.""")
 
 
 class SufficientStatistics(NamedTuple):

@@ -1,6 +1,6 @@
 r"""Saved fits that predict: an approximation's configuration and its fitted params in one file.
 
-A *fit* is what :meth:`~ppl_sparsegp.GPModel.predict` needs: the approximation (its class and
+A *fit* is what ``gp.predict`` needs: the approximation (its class and
 constructor arguments: feature, kernel, likelihood, mean and options such as ``whiten``, ``q_cov``,
 ``name``; templates whose fields hold numbers, arrays, NumPyro priors or :class:`~ppl_sparsegp.Param`
 objects with their constraints; the training data or statistics a collapsed model conditions on) and

@@ -80,6 +80,12 @@ def gaussian_kl(q_mu, q_cov: LinearOperator, p_cov: LinearOperator, p_mu=None):
 
     Every term uses the operators' structure: with K = I (whitened) it costs O(M) for diagonal S and
     O(M²) for a Cholesky factor; block-diagonal pairs are handled block by block.
+
+    :param q_mu: the mean of q (M,).
+    :param q_cov: S, a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M).
+    :param p_cov: K, a LinearOperator (M, M).
+    :param p_mu: the mean of p (M,), default zero.
+    :returns: a scalar.
     """
     d = q_mu if p_mu is None else q_mu - p_mu
     if isinstance(p_cov, Identity):

@@ -113,7 +113,7 @@ class Group:
 
     @property
     def num_subkernels(self) -> int:
-        """T, the number of real sub-kernels: :math:`\\prod_j(\\lfloor T_j/2\\rfloor + 1)`."""
+        """The number T of real sub-kernels, :math:`\\prod_j(\\lfloor T_j/2\\rfloor + 1)`."""
         return math.prod(T // 2 + 1 for T in self.orders)
 
     def weights(self) -> np.ndarray:
@@ -136,7 +136,7 @@ class Group:
         return X
 
     def orbit(self, X):
-        """All :math:`G^{\\mathbf s}X`, stacked: shape (T̃, *X.shape), s in C order."""
+        """All :math:`G^{\\mathbf s}X`, stacked: shape ``(T̃, *X.shape)``, s in C order."""
         xp = _xp(X)
         X = xp.asarray(X)
         out = X[None]

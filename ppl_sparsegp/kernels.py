@@ -40,9 +40,18 @@ __all__ = ["Periodic", "SphereEmbedded", "constant_kernel_diagonal", "Kernel", "
 
 
 def check_inputs(X, name: str = "X", input_dim: int | None = None):
-    """Validate an input array of shape (N, D): rank 2, finite, matching ``input_dim`` if given.
+    """Validate an input array of shape (N, D): rank 2, at least one row, finite, matching ``input_dim``
+    if given. Every feature, kernel and approximation checks its inputs here.
 
-    A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built)."""
+    A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built).
+
+    :param X: the inputs (N, D).
+    :param name: the argument's name, for the error messages.
+    :param input_dim: the number of input dimensions D required, or None for any.
+    :returns: X as a JAX array (a Grid unchanged).
+    :raises ValueError: for NaN or infinite entries, a rank other than 2, zero rows, or a D other than
+        ``input_dim``.
+    """
     if isinstance(X, Grid):
         if input_dim is not None and X.shape[1] != input_dim:
             raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
@@ -52,6 +61,8 @@ def check_inputs(X, name: str = "X", input_dim: int | None = None):
         X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name} must have shape (N, D) (rank 2), got shape {X.shape}")
+    if X.shape[0] == 0:
+        raise ValueError(f"{name} has no rows (shape {X.shape}): give at least one input")
     if input_dim is not None and X.shape[1] != input_dim:
         raise ValueError(f"{name} has {X.shape[1]} input dimensions, expected {input_dim}")
     return X
@@ -180,7 +191,13 @@ def _safe_sqrt(x):
 
 
 class SquaredExponential(Stationary):
-    r"""Squared exponential: :math:`\rho(\tau) = e^{-\tau^2/2}`; :math:`p_1 = \mathcal N(0, I)`."""
+    r"""Squared exponential: :math:`\rho(\tau) = e^{-\tau^2/2}`; :math:`p_1 = \mathcal N(0, I)`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     def profile(self, tau):
         return jnp.exp(-0.5 * tau**2)
@@ -220,7 +237,13 @@ class _Matern(Stationary):
 
 
 class Matern12(_Matern):
-    r"""Matérn-1/2 (exponential): :math:`\rho(\tau) = e^{-\tau}`."""
+    r"""Matérn-1/2 (exponential): :math:`\rho(\tau) = e^{-\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 0.5
 
@@ -229,7 +252,13 @@ class Matern12(_Matern):
 
 
 class Matern32(_Matern):
-    r"""Matérn-3/2: :math:`\rho(\tau) = (1+\sqrt3\tau)e^{-\sqrt3\tau}`."""
+    r"""Matérn-3/2: :math:`\rho(\tau) = (1+\sqrt3\tau)e^{-\sqrt3\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 1.5
 
@@ -239,7 +268,13 @@ class Matern32(_Matern):
 
 
 class Matern52(_Matern):
-    r"""Matérn-5/2: :math:`\rho(\tau) = (1+\sqrt5\tau+5\tau^2/3)e^{-\sqrt5\tau}`."""
+    r"""Matérn-5/2: :math:`\rho(\tau) = (1+\sqrt5\tau+5\tau^2/3)e^{-\sqrt5\tau}`.
+
+    :param variance: :math:`\sigma^2 > 0`, a scalar (number, Distribution or Param).
+    :param lengthscale: :math:`\ell > 0`, a scalar or one per input dimension (D,), in the inputs' units.
+    :raises ValueError: for a variance that is not a scalar, a lengthscale of rank > 1, or a non-positive
+        or non-finite concrete value.
+    """
 
     nu = 2.5
 
@@ -352,7 +387,10 @@ class _Combination(Kernel):
 
 
 class Additive(_Combination):
-    r"""Additive kernel :math:`k(\mathbf x,\mathbf x') = \sum_d k_d(x_d, x'_d)` [1, §4.1]."""
+    r"""Additive kernel :math:`k(\mathbf x,\mathbf x') = \sum_d k_d(x_d, x'_d)` [1, §4.1].
+
+    :param kernels: a sequence of D one-dimensional kernels, ``kernels[d]`` acting on input column d.
+    :raises ValueError: for an empty sequence or an element that is not a Kernel."""
 
     def __call__(self, X1, X2=None):
         return jnp.sum(self.parts(X1, X2), 0)
@@ -365,6 +403,9 @@ class Product(_Combination):
     r"""Separable kernel :math:`k(\mathbf x,\mathbf x') = \prod_d k_d(x_d, x'_d)` [1, §4.2].
 
     Its spectral density is the product of the 1-D densities, so frequencies are drawn per dimension.
+
+    :param kernels: a sequence of D one-dimensional kernels, ``kernels[d]`` acting on input column d.
+    :raises ValueError: for an empty sequence or an element that is not a Kernel.
     """
 
     def __call__(self, X1, X2=None):

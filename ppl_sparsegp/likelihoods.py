@@ -189,7 +189,7 @@ class Likelihood(Module):
     # -- Gaussian integrals ------------------------------------------------------------------------
     def variational_expectation(self, y, mean, var, key=None):
         r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
-        ``key`` is used only by Monte Carlo likelihoods, see :attr:`monte_carlo`).
+        ``key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
 
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
@@ -266,6 +266,7 @@ class Gaussian(Likelihood):
         \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df &= \mathcal N(y\mid m, v + \sigma^2).
 
     :param variance: :math:`\sigma^2 > 0` (number, array, prior or Param).
+    :param num_points: nodes of the Gauss–Hermite rule where no closed form exists (static, default 20).
     """
 
     _params = ("variance",)
@@ -311,6 +312,7 @@ class Bernoulli(Likelihood):
     (Rasmussen & Williams Eq. 3.82 [3]); for the logit link it is by Gauss–Hermite.
 
     :param link: ``"logit"`` or ``"probit"`` (static).
+    :param num_points: nodes of the Gauss–Hermite rule where no closed form exists (static, default 20).
     """
 
     _static = ("link", "num_points")
@@ -366,6 +368,7 @@ class Poisson(Likelihood):
 
     :param exposure: :math:`\Delta > 0`, scalar or one per observation (then :meth:`subsample`
         indexes it).
+    :param num_points: nodes of the Gauss–Hermite rule where no closed form exists (static, default 20).
     """
 
     _params = ("exposure",)
@@ -460,13 +463,14 @@ class MulticlassLikelihood(Likelihood):
     """Base of the C-class likelihoods: latent ``f`` of shape (..., C), labels in ``0..C-1``.
 
     :param num_classes: C >= 2 (static).
+    :param num_points: nodes of the Gauss–Hermite rule where no closed form exists (static, default 20).
     """
 
     _static = ("num_classes", "num_points")
 
     @property
     def num_latent(self) -> int:
-        """C: one latent function per class."""
+        """The number C of latent functions, one per class."""
         return self.num_classes
 
     def __init__(self, num_classes: int, *, num_points: int = 20):

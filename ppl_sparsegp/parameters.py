@@ -101,6 +101,10 @@ def debug_checks(enabled: bool = True):
     ``with debug_checks(): ...``; the environment variable ``PPL_SPARSEGP_DEBUG=1`` turns it on at import.
     The flag is read when a function is traced: changing it clears JAX's compilation caches, so that
     programs compiled before are traced again.
+
+    :param enabled: turn the checks on (default) or off.
+    :returns: a context manager that restores the previous setting on exit (ignore it when calling
+        ``debug_checks()`` as a function).
     """
     previous, _DEBUG["on"] = _DEBUG["on"], bool(enabled)
     if previous != _DEBUG["on"]:

@@ -141,6 +141,10 @@ def process_rows(n: int, *, process_id: int | None = None, num_processes: int | 
     """The contiguous rows ``[i n/P, (i+1) n/P)`` of an N-row data set that process i of P loads (and
     passes to :func:`shard_data`): the global row order is then the data set's.
 
+    :param n: N, the rows of the whole data set.
+    :param process_id: i (default ``jax.process_index()``); ``num_processes``: P (default
+        ``jax.process_count()``).
+    :returns: a slice of the rows.
     :raises ValueError: when n is not divisible by the number of devices of all processes (every device
         holds the same number of rows; the message says how many rows to drop).
     """

@@ -140,6 +140,7 @@ class FrequencyBlockMatrix:
         return (self.block @ v.reshape(-1, self.D)).reshape(-1)  # Eq. (66) [1]
 
     def divergence(self):
+        """The divergence :math:`\\sum_b\\partial K_{(k,a),b}/\\partial x_b`, flattened (R·D,) [1, eq. (67)]."""
         if self.h is not None:  # ∂κ(y_k, x_l)/∂x_l = κ_kl (y_k − x_l)/h
             K = self.block
             return ((jnp.sum(K, 1)[:, None] * self.Y - K @ self.X) / self.h).reshape(-1)  # Eq. (67) [1]
@@ -305,9 +306,10 @@ def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, 
     guide param is shared by the particles), :class:`FrequencyRBFKernel`, :class:`AdamW`, loss
     temperature :math:`\gamma(t)/P` and repulsion temperature α (module docstring).
 
-    :param model, guide: NumPyro callables; the guide must emit ``particle_param`` as the loc of a
-        Delta site (e.g. :meth:`SparseSpectrumGP.particle_guide`) and initialise it from its rng key.
-    :param args, kwargs: model/guide arguments.
+    :param model: a NumPyro model (callable).
+    :param guide: its guide; it must emit ``particle_param`` as the loc of a Delta site (e.g.
+        :meth:`SparseSpectrumGP.particle_guide`) and initialise it from its rng key.
+    :param args: positional arguments of the model and the guide (``kwargs``: their keyword arguments).
     :param num_elbo_particles: draws for the shared parameters' gradient (each picks a random particle).
     :param optim: a NumPyro optimiser replacing the default :class:`AdamW` (``lr``, ``lr_shared``,
         ``weight_decay`` are then unused).
@@ -357,12 +359,23 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
     + \log p(\Omega_m)`, hyperparameters shared, through SteinVI (:func:`fit_stein`).
 
     :param gp: a :class:`SparseSpectrumGP` with latent frequencies (a prior on Ω).
+    :param X: training inputs (N, D); ``y``: targets (N,).
+    :param rng_key: a JAX PRNG key.
+    :param num_particles: M, the particles (frequency matrices Ω_m of shape (R, D)).
+    :param num_steps: optimisation steps.
+    :param annealing_power: the power of the cyclical annealing of the loss temperature γ(t) (0: γ = 1;
+        :func:`cyclical_annealing`); ``num_cycles``: its cycles over the run.
+    :param weight_decay: λ of :class:`AdamW`.
+    :param bandwidth_scale: multiplies the median-heuristic bandwidth of :class:`FrequencyRBFKernel`.
     :param repulsion: α, the repulsion temperature (α = 1 with ``likelihood_scale=1`` is the Bayesian
         posterior).
     :param likelihood_scale: tempering of the likelihood; the authors' code uses 1/M [2, §1.6].
-    :param lr, lr_shared: Adam step sizes of the particles and of the shared hyperparameters.
+    :param lr: Adam step size of the particles (``lr_shared``: of the shared hyperparameters).
     :param num_elbo_particles: random particles per step for the shared parameters' gradient (default 1:
         an unbiased one-particle estimate of the mean over particles; each extra one costs an SSGP gradient).
+    :returns: a :class:`SteinResult` (particles ``{site: (M, ...)}``, shared parameters, force norms).
+    :raises ValueError: when the frequencies have no prior, or the hyperparameters are not shareable
+        (priors on them: give numbers or Params).
     """
     if not isinstance(gp, SparseSpectrumGP) or not gp.latent_frequencies:
         raise ValueError("fit_msrfr needs a SparseSpectrumGP whose frequencies have a prior (a Distribution)")
@@ -396,6 +409,12 @@ def svgd(log_density, particles, *, num_steps: int, lr: float = 0.1, repulsion: 
 
     :param log_density: ``x (D,) -> log p(x)`` (unnormalised).
     :param particles: starting points (P, D).
+    :param num_steps: optimisation steps; ``lr``: the step size; ``repulsion``: α.
+    :param annealing_power: the power of the cyclical annealing of the loss temperature γ(t) (0: γ = 1;
+        :func:`cyclical_annealing`); ``num_cycles``: its cycles over the run.
+    :param weight_decay: λ of :class:`AdamW`.
+    :param bandwidth_scale: multiplies the median-heuristic bandwidth of :class:`FrequencyRBFKernel`.
+    :param optim: a NumPyro optimiser replacing the default :class:`AdamW`.
     :returns: ``(particles (P, D), force norm per step (num_steps,))``.
     """
     if isinstance(num_steps, bool) or not isinstance(num_steps, (int, np.integer)) or num_steps < 1:

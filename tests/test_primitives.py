@@ -353,3 +353,16 @@ def test_concrete_per_output_per_dimension_kernels_by_stacking_equal_the_dense_c
         psg.stack_modules([psg.Matern32(1.0, 0.2), psg.Matern52(1.0, 0.2)])
     with pytest.raises(ValueError, match="same shapes"):
         psg.stack_modules([psg.Matern32(1.0, 0.2), psg.Matern32(1.0, [0.2, 0.3])])
+
+
+@pytest.mark.parametrize("X", [np.zeros(0), np.zeros((0, 1))], ids=["vector", "matrix"])
+def test_spectral_gp_refuses_inputs_without_rows(X):
+    """spectral_gp with an X of zero rows raises (it used to be accepted and return an empty f): the
+    check lives in kernels.check_inputs, which every feature, kernel and approximation calls."""
+    def model(X):
+        return psg.spectral_gp("f", FourierFeatures(0.0, 1.0, 5), psg.Matern32(1.0, 0.3), X)
+
+    with pytest.raises(ValueError, match=r"X has no rows \(shape \(0, 1\)\): give at least one input"):
+        handlers.seed(model, 0)(X)
+    with pytest.raises(ValueError, match="X_new has no rows"):
+        psg.kernels.check_inputs(np.zeros((0, 2)), "X_new")

@@ -262,3 +262,19 @@ def test_spectral_gp_warns_for_random_features_with_a_sampled_lengthscale():
         warnings.simplefilter("error")
         run(rff, 0.3)
         jax.jit(lambda ell: run(imp, ell))(0.3)
+
+
+def test_frequencies_and_lengthscale_of_different_dimensions_are_refused():
+    """One-column frequencies with a two-entry lengthscale: the library's error naming both shapes (it
+    used to be a dot_general shape error), from the approximation's constructor (kernel template) and
+    from Kuf (concrete kernel, e.g. inside spectral_gp)."""
+    rff = RandomFourierFeatures(np.ones((5, 1)))
+    X = np.linspace(0, 1, 8)[:, None]
+    with pytest.raises(ValueError, match=r"lengthscale has shape \(2,\) but the frequencies have D = 1"):
+        psg.Kuf(rff, psg.SquaredExponential(1.0, [0.3, 0.5]), X)
+    with pytest.raises(ValueError, match=r"lengthscale has shape \(2,\)"):
+        psg.SparseGP(rff, psg.SquaredExponential(1.0, dist.LogNormal(jnp.zeros(2), 1.0)), psg.Gaussian(0.1))
+    # a scalar or a per-dimension lengthscale is accepted
+    assert psg.Kuf(rff, psg.SquaredExponential(1.0, [0.3]), X).shape == (10, 8)
+    assert psg.Kuf(RandomFourierFeatures(np.ones((5, 2))), psg.SquaredExponential(1.0, [0.3, 0.5]),
+                   np.ones((8, 2))).shape == (10, 8)

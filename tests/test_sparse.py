@@ -254,3 +254,14 @@ def test_svi_learns_a_three_class_problem(likelihood):
     probs = jax.jit(lambda p: gp.predict(Xc, params=p)["y_mean"])(result.params)
     assert np.mean(np.argmax(probs, 1) == yc) > 0.9
     assert result.losses[-20:].mean() < result.losses[:20].mean()
+
+
+@pytest.mark.parametrize("batch_size", [2.5, "10", True])
+def test_batch_size_that_is_not_a_row_count_is_refused(batch_size):
+    """A float, a string or a bool minibatch size raises the library's error naming batch_size (it used
+    to reach numpyro.plate: "'float' object cannot be interpreted as an integer")."""
+    X, y = np.linspace(0, 1, 20)[:, None], np.sin(np.linspace(0, 6, 20))
+    gp = SparseGP(psg.InducingPoints(X[::4]), psg.Matern32(), Gaussian(0.1))
+    with pytest.raises(ValueError, match=r"batch_size must be a positive int .* got "):
+        numpyro.handlers.seed(gp.model, 0)(X, y, batch_size=batch_size)
+    numpyro.handlers.seed(gp.model, 0)(X, y, batch_size=np.int64(5))  # a NumPy int is a row count

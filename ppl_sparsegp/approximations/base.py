@@ -185,12 +185,12 @@ class GPModel:
 
     def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
         """One draw of the model's predictive sites (``y``, and the latent ``f``) per posterior draw;
-        ``samples`` ``{site: (chain, draw, ...)}``. Default: NumPyro's ``Predictive`` of :meth:`model`
+        ``samples`` ``{site: (chain, draw, ...)}``. Default: NumPyro's ``Predictive`` of the approximation's ``model``
         with ``y=None``."""
         return Predictive(self.model, posterior_samples=samples, batch_ndims=2)(rng_key, X, **model_kwargs)
 
     def with_data(self, X, y) -> "GPModel":
-        """This approximation holding its training data for :meth:`predict`: those that condition on the
+        """This approximation holding its training data for ``predict``: those that condition on the
         data at prediction time (the collapsed ones) return a copy that holds them; the others, whose
         fitted q(u) or draws of u already carry the data, return themselves. So ``gp.with_data(X,
         y).predict(X_new, params=... or samples=...)`` serves every approximation."""

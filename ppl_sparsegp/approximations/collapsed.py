@@ -121,7 +121,14 @@ def woodbury_log_density(LB, Zr, n, rr, noise_variance):
 
 
 def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):
-    """The collapsed bound from sufficient statistics in O(M³) (see the module docstring)."""
+    """The collapsed bound from sufficient statistics in O(M³), no N (module docstring; [1], [2, §5.2]).
+
+    :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M).
+    :param stats: the :class:`~ppl_sparsegp.covariances.SufficientStatistics` of the data.
+    :param sum_kff: :math:`\\sum_n k(\\mathbf x_n, \\mathbf x_n)`, a scalar.
+    :param noise_variance: :math:`\\sigma^2 > 0`.
+    :returns: the bound :math:`\\mathcal L \\le \\log p(\\mathbf y)`, a scalar.
+    """
     s2 = noise_variance
     LB, trace_qff, Wy = _whitened_stats(Kmm, stats, s2)
     return (woodbury_log_density(LB, Wy, stats.n, stats.yy, s2)
@@ -132,6 +139,9 @@ def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
     r"""The optimal q(v) for u = R v: :math:`S_v = (I + WW^\top/\sigma^2)^{-1}`,
     :math:`\mathbf m_v = S_v W\mathbf y/\sigma^2` (eq. 29 of [2] with its missing Kuu⁻¹ restored).
 
+    :param Kmm: Kuu as a LinearOperator (M, M).
+    :param stats: the :class:`~ppl_sparsegp.covariances.SufficientStatistics` of the data.
+    :param noise_variance: :math:`\sigma^2 > 0`.
     :returns: ``(m_v, S_v)`` with S_v a :class:`~ppl_sparsegp.linalg.Dense` operator.
     """
     LB, _, Wy = _whitened_stats(Kmm, stats, noise_variance)
@@ -149,7 +159,17 @@ def _check_regression(X, y, noise_variance):
 
 
 def collapsed_elbo(feature, kernel, X, y, noise_variance):
-    """The collapsed bound for any feature family (O(NM²)); see the module docstring."""
+    """The collapsed (Titsias) bound :math:`\\mathcal L \\le \\log p(\\mathbf y)` for any feature family,
+    O(NM²) (the formula is in the module docstring; [1]).
+
+    :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+    :param kernel: a concrete kernel (no priors).
+    :param X: inputs (N, D); ``y``: targets (N,).
+    :param noise_variance: :math:`\\sigma^2 > 0`.
+    :returns: a scalar.
+    :raises ValueError: for a kernel or feature with priors, bad inputs or targets (zero rows, NaN, N
+        mismatch) or a non-positive noise variance.
+    """
     check_concrete_module(kernel, "kernel", "collapsed_elbo")
     check_concrete_module(feature, "feature", "collapsed_elbo")
     X, y = _check_regression(X, y, noise_variance)
@@ -160,7 +180,15 @@ def collapsed_elbo(feature, kernel, X, y, noise_variance):
 
 
 def exact_log_marginal_likelihood(kernel, X, y, noise_variance):
-    r""":math:`\log\mathcal N(\mathbf y\mid 0, K_{ff} + \sigma^2 I)` by dense Cholesky (O(N³))."""
+    r"""The exact GP log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid 0, K_{ff} + \sigma^2 I)`
+    by dense Cholesky, O(N³): the reference the bounds are tested against.
+
+    :param kernel: a concrete kernel (no priors).
+    :param X: inputs (N, D); ``y``: targets (N,).
+    :param noise_variance: :math:`\sigma^2 > 0`.
+    :returns: a scalar.
+    :raises ValueError: for a kernel with priors, bad inputs or targets, or a non-positive noise variance.
+    """
     check_concrete_module(kernel, "kernel", "exact_log_marginal_likelihood")
     X, y = _check_regression(X, y, noise_variance)
     K = Dense(kernel(X) + noise_variance * jnp.eye(X.shape[0], dtype=X.dtype))
@@ -173,6 +201,12 @@ class CollapsedGP(GPModel):
     The model adds ``numpyro.factor("y", collapsed bound)``; with :meth:`point_guide` under SVI this is
     type-II MAP of the hyperparameters, under NUTS a posterior over them. ``y`` is centred by ``mean``.
 
+    :param feature: the :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+    :param kernel: the kernel, a template: numbers fixed, NumPyro distributions priors, ``Param`` point
+        estimates (sites ``kernel_<field>``).
+    :param likelihood: a :class:`~ppl_sparsegp.likelihoods.Gaussian` (its variance a template too).
+    :param mean: a constant mean (a number or a prior, site ``mean``).
+    :param name: the prefix of the approximation's sites.
     :param statistics: optional precomputed :class:`~ppl_sparsegp.covariances.SufficientStatistics` of
         all training data (for VFF with the data inside the box: ``sufficient_statistics``, one streaming
         pass), used by :meth:`model`, :meth:`optimal_q` and :meth:`predict` whenever they are not given
@@ -180,6 +214,10 @@ class CollapsedGP(GPModel):
 
     :meth:`predict` has the signature of every approximation (``X_new, *, params, samples``); the
     training data it conditions on are the precomputed statistics or those of :meth:`with_data`.
+
+    :raises ValueError: for a likelihood other than Gaussian (use :class:`~ppl_sparsegp.SparseGP`), or a
+        feature/kernel pair the feature cannot represent (:meth:`InducingFeature.check_kernel
+        <ppl_sparsegp.features.InducingFeature.check_kernel>`).
     """
 
     def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f",

@@ -26,7 +26,12 @@ __all__ = ["map_lbfgs", "prior_medians"]
 
 
 def prior_medians(sites: dict, seed: int = 0, num: int = 101) -> dict:
-    """Median of ``num`` prior draws per site (a robust starting point)."""
+    """Median of ``num`` prior draws per site (a robust starting point).
+
+    :param sites: ``{name: NumPyro distribution}``.
+    :param seed: the PRNG seed of the draws.
+    :param num: draws per site.
+    :returns: ``{name: array}`` of the sites' shapes."""
     keys = jax.random.split(jax.random.PRNGKey(seed), len(sites))
     return {k: jnp.median(p.sample(key, (num,)), axis=0) for key, (k, p) in zip(keys, sites.items())}
 
@@ -35,6 +40,11 @@ def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dic
               maxiter: int = 500, seed: int = 0):
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
 
+    :param model: a NumPyro model whose only latent sites are ``sites`` (e.g. ``CollapsedGP.model``).
+    :param sites: ``{name: NumPyro distribution}`` (e.g. ``gp.hyperparameter_sites()``).
+    :param model_args: positional arguments of the model (e.g. ``(X, y)``); ``model_kwargs`` keyword ones.
+    :param maxiter: the most L-BFGS-B iterations.
+    :param seed: the PRNG seed of the default starting point.
     :param init: starting values per site (default: the median of 101 prior draws).
     :raises ValueError: when the objective is not finite at the start (a bad ``init``).
 

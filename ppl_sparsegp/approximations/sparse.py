@@ -48,6 +48,17 @@ __all__ = ["SparseGP"]
 class SparseGP(GPModel):
     r"""Sparse GP with explicit inducing variables: NUTS/HMC on (u or v, θ), or SVGP under SVI.
 
+    One model for every engine: :meth:`model` emits the hyperparameter sites (``kernel_<field>``,
+    ``likelihood_<field>``, ``mean``), the inducing site (``f_v`` whitened, ``f_u`` otherwise; M values
+    per latent GP) and the likelihood of y given f at X; :meth:`guide` is the SVGP q(u) with point
+    estimates of the hyperparameters [2]; under NUTS the inducing variables are sampled jointly with the
+    hyperparameters [1].
+
+    :param feature: the :class:`~ppl_sparsegp.features.InducingFeature` (M features).
+    :param kernel: the kernel, a template: numbers fixed, NumPyro distributions priors, ``Param`` point
+        estimates.
+    :param likelihood: a :class:`~ppl_sparsegp.likelihoods.Likelihood` (default Gaussian).
+    :param mean: a constant mean (a number or a prior, site ``mean``).
     :param whiten: parameterise by v ~ N(0, I), u = R v (default), or by u ~ N(0, Kuu).
     :param q_cov: q(u) covariance family for :meth:`guide`: ``"auto"`` (default: from Kuu's structure),
         ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable
@@ -64,6 +75,9 @@ class SparseGP(GPModel):
         the pines LGCP within 0.25 exact-posterior sd at M = 38 where "expected" is 0.68 sd away.
     :param num_latent_gps: L, the number of independent latent GPs (default: the likelihood's
         ``num_latent``, e.g. C for a multiclass likelihood; it must match it).
+    :param name: the prefix of the inducing site.
+    :raises ValueError: for an unknown ``q_cov`` or ``residual``, ``num_latent_gps`` not matching the
+        likelihood, or a feature/kernel pair the feature cannot represent.
     """
 
     RESIDUALS = ("expected", "marginal", "none")
@@ -114,7 +128,19 @@ class SparseGP(GPModel):
         return numpyro.prng_key()
 
     def model(self, X, y=None, *, batch_size: int | None = None):
-        """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive)."""
+        """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive).
+
+        :param X: inputs (N, D) or a :class:`~ppl_sparsegp.Grid`.
+        :param y: targets (N,) (class labels for a multiclass likelihood), or None to draw them.
+        :param batch_size: a minibatch of this many rows per step (``numpyro.plate`` subsampling, the
+            likelihood scaled by N/batch_size), or None for all N rows.
+        :raises ValueError: for bad data (see ``check_inputs``) or a ``batch_size`` that is not an int in
+            1..N.
+        """
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, (int, np.integer))):
+            raise ValueError(f"batch_size must be a positive int (rows per minibatch) or None, got "
+                             f"{batch_size!r} of type {type(batch_size).__name__}")
         kernel, likelihood, feature, c = self.components()
         X, y = self._check_data(X, y, likelihood)
         u, Kmm = self._inducing(feature, kernel)

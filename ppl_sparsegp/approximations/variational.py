@@ -21,7 +21,14 @@ __all__ = ["full_covariance", "diagonal_covariance", "block_diagonal_covariance"
 
 
 def full_covariance(name, dim, Kmm, whiten):
-    """q = N(m, LLᵀ) with a free lower-triangular L (initialised at the prior)."""
+    """q = N(m, LLᵀ) with a free lower-triangular L (initialised at the prior).
+
+    :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale_tril``.
+    :param dim: M, the number of inducing variables.
+    :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M) (for the initialisation).
+    :param whiten: whether q is over v (u = R v, prior N(0, I)) or over u (prior N(0, Kuu)).
+    :returns: ``(loc, S)``: the mean (M,) and the covariance operator (M, M) of q.
+    """
     loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
 
     def init(rng_key):
@@ -34,7 +41,14 @@ def full_covariance(name, dim, Kmm, whiten):
 
 
 def diagonal_covariance(name, dim, Kmm, whiten):
-    """q = N(m, diag(s²)) (mean field)."""
+    """q = N(m, diag(s²)) (mean field), initialised at the prior's marginal variances.
+
+    :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale``.
+    :param dim: M, the number of inducing variables.
+    :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M) (for the initialisation).
+    :param whiten: whether q is over v (u = R v, prior N(0, I)) or over u (prior N(0, Kuu)).
+    :returns: ``(loc, S)``: the mean (M,) and the covariance operator (M, M) of q.
+    """
     loc = numpyro.param(f"{name}_loc", lambda rng_key: jnp.zeros(dim, Kmm.dtype))
 
     def init(rng_key):
@@ -53,6 +67,13 @@ def block_diagonal_covariance(name, dim, Kmm, whiten):
     sizes, else ``<name>_scale_tril_<t>`` per block).
 
     Use as ``SparseGP(..., q_cov=block_diagonal_covariance)``.
+
+    :param name: the inducing site's name (params ``<name>_loc``, ``<name>_scale_tril``).
+    :param dim: M, the number of inducing variables.
+    :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M) (for the initialisation; a BlockDiag).
+    :param whiten: whether q is over v (u = R v, prior N(0, I)) or over u (prior N(0, Kuu)).
+    :returns: ``(loc, S)``: the mean (M,) and the covariance operator (M, M) of q.
+    :raises ValueError: when Kmm is not block-diagonal or ``dim`` does not match its blocks.
     """
     if not isinstance(Kmm, BlockDiag):
         raise ValueError(f"block_diagonal_covariance needs a BlockDiag Kmm, got {type(Kmm).__name__}")
@@ -87,6 +108,12 @@ def two_kronecker_covariance(name, dim, Kmm, whiten):
     Initialised at the prior (L_d = I whitened, chol(K_d) otherwise) with small, distinct J_d entries
     (the eigendecomposition inside :class:`~ppl_sparsegp.linalg.KroneckerSum` needs distinct eigenvalues
     for stable gradients).
+
+    :param name: the inducing site's name (params ``<name>_loc`` and the factors' params).
+    :param dim: M, the number of inducing variables (the product of the factors' sizes).
+    :param Kmm: Kuu, a :class:`~ppl_sparsegp.linalg.Kronecker` operator (its factors give the sizes).
+    :param whiten: whether q is over v (u = R v) or over u.
+    :returns: ``(loc, S)``: the mean (M,) and S as a :class:`~ppl_sparsegp.linalg.KroneckerSum`.
     """
     if not isinstance(Kmm, Kronecker):
         raise ValueError("two_kronecker_covariance needs Kronecker features (Kuu a Kronecker operator)")
@@ -113,7 +140,10 @@ _FAMILIES = {"full": full_covariance, "diag": diagonal_covariance, "block-diag":
 def default_family(Kmm):
     """The family ``q_cov="auto"`` picks from Kuu's structure: block-diagonal for a
     :class:`~ppl_sparsegp.linalg.StackedBlockDiag` Kuu (harmonic features: the HVGP's q [2, §4.2]), full
-    otherwise (a two-Kronecker or diagonal q is a further approximation the caller opts into)."""
+    otherwise (a two-Kronecker or diagonal q is a further approximation the caller opts into).
+
+    :param Kmm: Kuu as a LinearOperator.
+    :returns: the q family, a callable ``(name, dim, Kmm, whiten) -> (loc, S)``."""
     return block_diagonal_covariance if isinstance(Kmm, StackedBlockDiag) else full_covariance
 
 

@@ -110,12 +110,20 @@ def _names(folder: Path, suffix: str = "") -> list:
 
 
 def uci_names(root=None) -> list:
-    """The UCI benchmark names available in the data directory."""
+    """The UCI benchmark names available in the data directory.
+
+    :param root: the data directory (default: :func:`data_dir`'s: ``PPL_SPARSEGP_DATA`` or ``../shared/data``).
+    :returns: a sorted list of names (empty without a ``uci/`` folder).
+    :raises FileNotFoundError: when the data directory does not exist."""
     return _names(data_dir(root) / "uci")
 
 
 def srf_names(root=None) -> list:
-    """The SRF data set names available in the data directory."""
+    """The SRF data set names available in the data directory.
+
+    :param root: the data directory (default: :func:`data_dir`'s).
+    :returns: a sorted list of names (empty without an ``srf/`` folder).
+    :raises FileNotFoundError: when the data directory does not exist."""
     return _names(data_dir(root) / "srf", ".csv")
 
 

@@ -60,9 +60,18 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     """InferenceData from posterior draws ``{site: array (chain, draw, ...)}`` of ``gp.model``'s sites.
 
     The common builder of :func:`from_mcmc` and :func:`from_svi`; use it directly for other engines
-    (e.g. SteinVI particles as draws of one chain). ``sample_stats``: ``{name: (chain, draw)}`` arrays;
-    ``attrs``: stored on the posterior group (e.g. ``{"inference": "stein"}``). Other arguments as in
-    :func:`from_mcmc`.
+    (e.g. SteinVI particles as draws of one chain).
+
+    :param gp: the approximation whose ``model`` the draws are of.
+    :param X: training inputs (N, D) or a Grid; ``y``: training targets (N,).
+    :param samples: ``{site: array (chain, draw, ...)}``.
+    :param sample_stats: ``{name: (chain, draw)}`` arrays.
+    :param attrs: stored on the posterior group (e.g. ``{"inference": "stein"}``).
+    :param model_kwargs: the model's keyword arguments (``batch_size`` is dropped).
+    :param coords: extra ArviZ coordinates; ``dims``: extra dims.
+    :param predictive: add ``posterior_predictive``; ``log_likelihood``: add ``log_likelihood``.
+    :param rng_key: key for the posterior predictive draws (default ``PRNGKey(0)``).
+    :returns: an :class:`arviz.InferenceData`.
     """
     X, N = _model_inputs(X)
     points, y = (X.points() if isinstance(X, Grid) else X), jnp.asarray(y)  # the groups store points
@@ -256,9 +265,18 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_k
     O(NM²·D/block + NM·D) and memory O(max_pointwise + NM), whatever ``num_samples``.
 
     :param svi_result_or_params: ``svi.run(...)``'s result or its ``params`` dict.
+    :param gp: the approximation whose ``model`` / ``guide`` were fitted.
+    :param X: training inputs (N, D) or a Grid; ``y``: training targets (N,).
     :param num_samples: S, the draws from the guide (all in ``posterior``).
+    :param model_kwargs: the fit's keyword arguments (``batch_size`` is dropped: the groups use all data).
+    :param coords: extra ArviZ coordinates; ``dims``: extra dims.
+    :param predictive: add ``posterior_predictive``; ``log_likelihood``: add ``log_likelihood``.
+    :param rng_key: key for the guide and predictive draws (default ``PRNGKey(0)``).
     :param max_pointwise: the most values (draws × N) per variable of the pointwise groups (default
         :data:`MAX_POINTWISE` = 2·10⁷, 160 MB in float64); ``None`` evaluates them for every draw.
+    :returns: an :class:`arviz.InferenceData` with the groups above and ``svi``.
+    :raises ValueError: for ``num_samples`` < 1 or a ``max_pointwise`` that is not a positive int.
+    :raises TypeError: when ``svi_result_or_params`` is neither an SVIRunResult nor a params dict.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be positive, got {num_samples}")

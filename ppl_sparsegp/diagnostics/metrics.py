@@ -14,14 +14,22 @@ __all__ = ["rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd"
 
 
 def rmse(y, mean, *, y_scale: float = 1.0) -> float:
-    r""":math:`s\sqrt{\frac1N\sum_n (y_n - m_n)^2}`."""
+    r"""Root mean squared error :math:`s\sqrt{\frac1N\sum_n (y_n - m_n)^2}`.
+
+    :param y: targets (N,); ``mean``: predictive means (N,), on the same (standardised) scale.
+    :param y_scale: s, the training sd the targets were divided by (1: none).
+    :returns: a float in the original units."""
     y, mean = np.asarray(y), np.asarray(mean)
     return float(np.sqrt(np.mean((y - mean) ** 2))) * y_scale
 
 
 def nlpd(y, mean, var, *, y_scale: float = 1.0) -> float:
     r"""Mean negative log density of Gaussian predictives,
-    :math:`\frac1N\sum_n \tfrac12\big(\log 2\pi v_n + (y_n - m_n)^2/v_n\big) + \log s`."""
+    :math:`\frac1N\sum_n \tfrac12\big(\log 2\pi v_n + (y_n - m_n)^2/v_n\big) + \log s`.
+
+    :param y: targets (N,); ``mean``, ``var``: predictive means and variances (N,).
+    :param y_scale: s, the training sd the targets were divided by (1: none).
+    :returns: a float (nats per point, original units)."""
     y, mean, var = np.asarray(y), np.asarray(mean), np.asarray(var)
     return float(np.mean(0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var))) + math.log(y_scale)
 
@@ -32,6 +40,10 @@ def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool 
     Per point (default): :math:`-\frac1N\sum_n\log\frac1S\sum_s\mathcal N(y_n\mid m_{sn}, v_{sn}) + \log s`;
     ``joint``: :math:`-\log\frac1S\sum_s\prod_n\mathcal N(y_n\mid m_{sn}, v_{sn}) + N\log s` (summed over
     the test set).
+
+    :param y: targets (N,).
+    :param y_scale: s, the training sd the targets were divided by (1: none).
+    :returns: a float.
     """
     y = np.asarray(y)
     m, v = np.atleast_2d(np.asarray(mean_draws)), np.atleast_2d(np.asarray(var_draws))
@@ -45,7 +57,7 @@ def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool 
 def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0) -> dict:
     r"""Test metrics of an equally weighted mixture of M Gaussian predictives (M-SRFR's particles, or
     posterior draws): ``mean_draws``, ``var_draws`` (M, N) per-component y predictives of standardised
-    targets ``y``.
+    targets ``y``; ``y_scale``: the training sd s (for the RMSE in original units).
 
     :returns: ``rmse`` (of the mixture mean, original units), ``nlpd_point`` (mean over test points of
         :math:`-\log\frac1M\sum_m\mathcal N(y_i\mid\mu_{mi},\sigma^2_{mi})`), ``nlpd_joint`` (the SRF

@@ -19,6 +19,10 @@ def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
     :class:`~ppl_sparsegp.SparseSpectrumGP` and its training data), ``log_marginal_likelihood`` per
     particle. ``attrs`` (e.g. ``{"training_time_s": ...}``, timed by the caller) are stored on the
     posterior group.
+
+    :param result: a :class:`~ppl_sparsegp.stein.SteinResult`.
+    :param gp: optionally the :class:`~ppl_sparsegp.SparseSpectrumGP`; ``X``, ``y`` its training data.
+    :returns: an :class:`arviz.InferenceData`.
     """
     def named_dims(name, value, particle):
         lead = ["particle"] if particle else []
@@ -50,6 +54,9 @@ def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
 
 def stein_diagnostics(idata, site: str = "feature_frequencies") -> dict:
     """Convergence and diversity of a Stein particle posterior (from :func:`stein_inference_data`).
+
+    :param idata: the InferenceData of :func:`stein_inference_data`.
+    :param site: the particle site whose spread is measured.
 
     :returns: ``num_particles``; ``stein_force_initial`` / ``stein_force_final`` (norm of the update
         direction; it should fall and level off); ``particle_distance_min`` / ``_mean`` (root-mean-square

@@ -13,7 +13,11 @@ __all__ = ["plot_trace", "plot_fit_1d", "plot_spectral_density"]
 
 
 def plot_trace(idata, var_names, path) -> str:
-    """``az.plot_trace`` of ``var_names`` written to the PNG ``path``."""
+    """``az.plot_trace`` of ``var_names`` written to the PNG ``path``.
+
+    :param idata: an InferenceData; ``var_names``: the posterior variables to plot.
+    :param path: the PNG file to write.
+    :returns: the path."""
     import matplotlib.pyplot as plt
 
     with warnings.catch_warnings():
@@ -31,7 +35,13 @@ def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title
                 ylabel="y", shade=None) -> str:
     """Data, held-out data and the predictive mean ± 2 sd on a 1-D grid, written to the PNG ``path``.
 
+    :param path: the PNG file to write.
+    :param x: training inputs (N,); ``y``: training targets (N,).
+    :param x_pred: the grid (P,); ``mean``, ``sd``: the predictive mean and sd on it (P,).
+    :param x_test: optional held-out inputs; ``y_test``: their targets.
+    :param title: the plot's title; ``xlabel``, ``ylabel``: the axes' labels.
     :param shade: optional list of ``(lo, hi)`` x-intervals to shade (e.g. removed segments).
+    :returns: the path.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -64,6 +74,9 @@ def plot_spectral_density(frequencies, prior, path=None, *, max_dims: int = 4, r
     :param frequencies: (..., D) learned unit-lengthscale frequencies (any leading dims, pooled).
     :param prior: the frequency prior, a NumPyro distribution (its samples give the reference histogram).
     :param path: write a PNG there (else return the figure).
+    :param max_dims: plot at most this many input dimensions.
+    :param rng_key: key of the prior draws (default ``PRNGKey(0)``).
+    :returns: the path, or the matplotlib figure when ``path`` is None.
     """
     import matplotlib
 

@@ -16,6 +16,8 @@ __all__ = ["posterior_samples", "svi_params", "predict", "predictive_metrics"]
 def posterior_samples(idata, var_names=None, max_draws: int | None = None) -> dict:
     """Posterior draws as ``{site: array (S, ...)}`` with chains concatenated.
 
+    :param idata: an InferenceData with a ``posterior`` group.
+    :param var_names: the sites to return (default: all).
     :param max_draws: keep at most this many draws, evenly spaced (for cheaper prediction).
     """
     post = idata.posterior
@@ -37,7 +39,11 @@ def _thin(draws: dict, max_draws: int | None) -> dict:
 
 
 def svi_params(idata) -> dict | None:
-    """The optimised SVI parameters stored by :func:`from_svi` (``None`` for an MCMC result)."""
+    """The optimised SVI parameters stored by :func:`~ppl_sparsegp.diagnostics.from_svi` (``None`` for an
+    MCMC result).
+
+    :param idata: an InferenceData.
+    :returns: ``{param: array}`` or None."""
     if SVI_GROUP not in idata.groups():
         return None
     group = getattr(idata, SVI_GROUP)
@@ -76,7 +82,12 @@ def predict(gp, idata, X_new, *, max_draws: int | None = None) -> dict:
     the per-draw predictions (``gp.predict(samples=...)``, law of total variance). For CollapsedGP the
     training data are read from ``constant_data`` / ``observed_data``.
 
+    :param gp: the approximation that was fitted.
+    :param idata: its InferenceData (from :func:`~ppl_sparsegp.diagnostics.from_svi` or
+        :func:`~ppl_sparsegp.diagnostics.from_mcmc`, possibly after :func:`~ppl_sparsegp.diagnostics.load`).
+    :param X_new: inputs (N*, D).
     :param max_draws: use at most this many (evenly spaced) posterior draws.
+    :raises ValueError: for bad inputs.
     :returns: ``gp.predict``'s dict (``f_mean``, ``f_var``, ``y_mean``, ``y_var``, ...).
     """
     return _predict(gp, idata, X_new, _predict_kwargs(gp, idata, max_draws))
@@ -90,6 +101,9 @@ def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: int | None = Non
     :math:`-\frac1N\sum_n \log\frac1S\sum_s \int p_s(y_n\mid f)\,\mathcal N(f\mid m_{sn}, v_{sn})\,df`,
     each term by ``likelihood.predict_log_density``.
 
+    :param gp: the approximation that was fitted; ``idata`` its InferenceData.
+    :param X_test: test inputs (N*, D); ``y_test``: test targets (N*,).
+    :param max_draws: use at most this many (evenly spaced) posterior draws.
     :returns: ``{"rmse": ..., "nlpd": ...}`` in the units of ``y_test``.
     """
     y_test = jnp.asarray(y_test)

@@ -18,7 +18,9 @@ __all__ = ["summary", "save", "load"]
 def summary(idata, var_names=None, **kwargs):
     """``az.summary``: mean, sd, HDI, MCSE, ESS (bulk, tail) and rank-normalised split R-hat [1].
 
+    :param idata: an InferenceData.
     :param var_names: variables to summarise (default: every posterior variable).
+    :param kwargs: passed on to ``az.summary``.
     :returns: a pandas DataFrame (columns include ``r_hat``, ``ess_bulk``, ``ess_tail``).
     """
     quiet = idata.posterior.attrs.get("inference") == "svi"  # one chain of guide draws, by design
@@ -29,14 +31,22 @@ def summary(idata, var_names=None, **kwargs):
 
 
 def save(idata, path) -> str:
-    """Write ``idata`` (all groups, the ``svi`` group included) to a netCDF file; returns the path."""
+    """Write ``idata`` (all groups, the ``svi`` and ``adequacy`` groups included) to a netCDF file.
+
+    :param idata: an InferenceData.
+    :param path: the file to write (its folder is created).
+    :returns: the path."""
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     return idata.to_netcdf(path)
 
 
 def load(path):
-    """Read an InferenceData written by :func:`save`, into memory (the file is closed afterwards)."""
+    """Read an InferenceData written by :func:`save`, into memory (the file is closed afterwards).
+
+    :param path: the netCDF file.
+    :returns: an :class:`arviz.InferenceData`.
+    :raises FileNotFoundError: when there is no file at ``path``."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no InferenceData file at {path}")

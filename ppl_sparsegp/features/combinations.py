@@ -107,7 +107,11 @@ class _PerDimension(InducingFeature):
 
 
 class AdditiveFeatures(_PerDimension):
-    """One 1-D feature per input dimension for an additive kernel; M = Σ_d M_d."""
+    """One 1-D feature per input dimension for an additive kernel; M = Σ_d M_d.
+
+    :param features: a sequence of D one-dimensional features (e.g. ``FourierFeatures``), feature d for
+        input column d; see :meth:`from_data` for the rule that chooses them.
+    :raises ValueError: for an empty sequence or an element that is not an InducingFeature."""
 
     @staticmethod
     def dimension_tolerance(tolerance: float, D: int) -> float:

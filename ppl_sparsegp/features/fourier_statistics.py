@@ -269,10 +269,9 @@ def _projection_nufft(features, X, a, C, eps, threads):
     r"""(φ_nᵀ a, φ_nᵀ C φ_n) by type-2 NUFFTs, the adjoints of :func:`_stats_nufft`.
 
     For a block :math:`A^{(de)} = \mathrm{block}(F_{j,k}, F_{j,-k})` and its cotangent
-    :math:`C^{(de)} + C^{(ed)	op} = [[C_{cc}, C_{cs}], [C_{sc}, C_{ss}]]`,
-    :math:`\langle C, A
-angle = \Re\sum_{jk} P_{jk}F_{j,k} + Q_{jk}F_{j,-k}` (:func:`_pq`), so
-    :math:`\partial/\partial w_n = \Re\sum G_{jk}e^{i(j	heta_{nd}+k	heta_{ne})}` with G holding P at
+    :math:`C^{(de)} + C^{(ed)\top} = [[C_{cc}, C_{cs}], [C_{sc}, C_{ss}]]`,
+    :math:`\langle C, A\rangle = \Re\sum_{jk} P_{jk}F_{j,k} + Q_{jk}F_{j,-k}` (:func:`_pq`), so
+    :math:`\partial/\partial w_n = \Re\sum G_{jk}e^{i(j\theta_{nd}+k\theta_{ne})}` with G holding P at
     k ≥ 0 and Q at −k (both at k = 0). Diagonal blocks fold P, Q onto the 1-D modes j + k and j − k;
     the mean uses :math:`b_m = a^{\cos}_m - i a^{\sin}_m`. Real parts are taken by Hermitian
     symmetrisation, so one complex 1-D transform per input carries the quadratic form and the mean.
@@ -542,7 +541,7 @@ def fourier_statistics(feature, X, y, *, columns=None, chunk_size: int | None = 
     :param devices: JAX devices to shard the chunks over (default all ``jax.devices()``); not for Dask
         inputs (each worker uses its own devices).
     :param split_every: Dask inputs: how many partial sums each node of the reduction tree adds (≥ 2).
-    :returns: :class:`~ppl_sparsegp.collapsed.SufficientStatistics` with ``A, c, yy, n, f1, ysum``
+    :returns: :class:`~ppl_sparsegp.covariances.SufficientStatistics` with ``A, c, yy, n, f1, ysum``
         (float64 when float64 is enabled).
     :raises ValueError: for a value of X outside [a, b] (naming the dimension), NaN/inf, bad shapes or
         column names.

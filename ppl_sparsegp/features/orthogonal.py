@@ -459,7 +459,7 @@ class TrigonometricFeatures(InducingFeature):
 
     @property
     def odd(self):
-        """Static boolean mask (M,): which :math:`\\psi_m` are odd (those pair with sin(ωx))."""
+        """Which :math:`\\psi_m` are odd (those pair with sin(ωx)), as a static boolean mask of shape (M,)."""
         m = np.arange(self.M)
         if self.basis == "fourier":
             return (m > 0) & (m % 2 == 0)

@@ -118,10 +118,31 @@ class RandomFourierFeatures(InducingFeature):
         return 2 * self.num_frequencies
 
     def check_inputs(self, X, name: str = "X"):
+        """Inputs (N, D) with D the frequencies' input dimension."""
         return check_inputs(X, name, self.input_dim)
 
+    def check_kernel(self, kernel):
+        """Refuse a kernel whose lengthscale (value or prior) is neither a scalar nor one per input
+        dimension of the frequencies.
+
+        :raises ValueError: naming both shapes and the fix."""
+        self._check_lengthscale_shape(_frequency_shape(getattr(kernel, "lengthscale", 1.0)))
+
+    def _check_lengthscale_shape(self, shape):
+        D = self.input_dim
+        if tuple(shape) not in ((), (1,), (D,)):
+            raise ValueError(f"RandomFourierFeatures: the kernel's lengthscale has shape {tuple(shape)} but the "
+                             f"frequencies have D = {D} input dimension(s) (shape (R, {D})): give a scalar "
+                             f"lengthscale or one of shape ({D},), or frequencies with one column per "
+                             f"lengthscale entry")
+
     def features(self, X, lengthscale=1.0):
-        r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`."""
+        r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`.
+
+        :param X: inputs (N, D).
+        :param lengthscale: ℓ, a scalar or (D,): the features of the kernel at this lengthscale.
+        :raises ValueError: for bad inputs or a lengthscale of another shape."""
+        self._check_lengthscale_shape(jnp.shape(lengthscale))
         X = self.check_inputs(X)
         proj = self.frequencies @ (X / lengthscale).T  # (R, N): ω_rᵀ x̃_n
         scale = 1.0 / math.sqrt(self.num_frequencies)
@@ -157,11 +178,11 @@ class ImportanceFourierFeatures(InducingFeature):
 
     .. math::
 
-        oldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cosoldsymbol\omega_r^	op\mathbf x;        \sqrt{w_r}\sinoldsymbol\omega_r^	op\mathbf x]_r,\qquad w_r = p_\ell(oldsymbol\omega_r) /
-        q(oldsymbol\omega_r),
+        \boldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cos\boldsymbol\omega_r^\top\mathbf x;        \sqrt{w_r}\sin\boldsymbol\omega_r^\top\mathbf x]_r,\qquad w_r = p_\ell(\boldsymbol\omega_r) /
+        q(\boldsymbol\omega_r),
 
-    so :math:`\sigma^2oldsymbol\phi_\ell(\mathbf x)^	opoldsymbol\phi_\ell(\mathbf x') =
-    rac{\sigma^2}{R}\sum_r w_r\cosoldsymbol\omega_r^	op(\mathbf x - \mathbf x')` is an unbiased
+    so :math:`\sigma^2\boldsymbol\phi_\ell(\mathbf x)^\top\boldsymbol\phi_\ell(\mathbf x') =
+    \frac{\sigma^2}{R}\sum_r w_r\cos\boldsymbol\omega_r^\top(\mathbf x - \mathbf x')` is an unbiased
     importance-sampling estimate of :math:`k_\ell(\mathbf x - \mathbf x')` for every ℓ [1, eq. 5; 3].
     Weight space as for :class:`RandomFourierFeatures`: :math:`K_{uu} = \sigma^2 I`,
     :math:`K_{uf} = \sigma^2\Phi_\ell(X)`. The estimate's variance grows with :math:`\mathbb E_q[w^2]`:
@@ -318,6 +339,11 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
     :math:`b^{-K}` grid, K chosen for a resolution below 2⁻⁴⁰), and the stratification of the Halton
     sequence is kept: for :math:`n = b_j^m` points every interval :math:`[c/n, (c+1)/n)` of coordinate j
     holds exactly one point. Traceable in ``key`` (static shapes).
+
+    :param key: a JAX PRNG key (the digit permutations).
+    :param num_points: the number of points; ``dim``: their dimension (at most the primes tabulated).
+    :param dtype: the float dtype of the result (default: JAX's default float).
+    :returns: an array (num_points, dim) in (0, 1).
     """
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
         raise ValueError(f"num_points must be a positive int, got {num_points!r}")
@@ -379,7 +405,13 @@ def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method
     r"""R frequencies of the unit-lengthscale kernel, shape (R, D), by ``method`` (module docstring).
 
     :param kernel: a stationary kernel (its family chooses :math:`p_1`).
+    :param key: a JAX PRNG key.
+    :param num_frequencies: R.
+    :param input_dim: D.
     :param method: ``"mc"``, ``"qmc"`` (scrambled Halton) or ``"orf"`` (orthogonal random features).
+    :returns: Ω, an array (R, D).
+    :raises ValueError: for an unknown ``method``, a non-positive R or D, or a kernel the method does
+        not support (quasi-Monte Carlo for some families).
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")

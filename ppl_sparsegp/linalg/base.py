@@ -78,6 +78,7 @@ class LinearOperator(Module):
 
     @property
     def dtype(self):
+        """The dtype of the operator's entries (each structure defines it)."""
         raise NotImplementedError(f"{type(self).__name__} does not define dtype")
 
     @property

@@ -1,0 +1,172 @@
+"""The API reference, generated from ``__all__``: one page per public module of ``ppl_sparsegp``.
+
+Every public module (no path component starting with ``_``) that has an ``__all__`` gets a page. Each name
+of every ``__all__`` is documented exactly once, on the page of its *home*: the most specific public module
+whose ``__all__`` lists the same object (for a class or function, the module that defines it when that
+module lists it). So a name that is re-exported (``ppl_sparsegp.SparseGP`` is
+``ppl_sparsegp.approximations.sparse.SparseGP``) has one entry, which the cross-reference resolver in
+``conf.py`` finds under every public path. A new public name needs no edit of the docs: add it to its
+module's ``__all__``. ``tests/test_docs_api.py`` checks that every name is covered.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import warnings
+from pathlib import Path
+
+PACKAGE = "ppl_sparsegp"
+
+# the reference's sections, in order: (title, module prefixes); a module goes to the first section whose
+# prefix matches its name, a module matching none goes to "Other modules"
+SECTIONS = [
+    ("The package", ["ppl_sparsegp"]),
+    ("Kernels, likelihoods and templates", ["ppl_sparsegp.kernels", "ppl_sparsegp.likelihoods",
+                                            "ppl_sparsegp.parameters", "ppl_sparsegp.grid",
+                                            "ppl_sparsegp.groups"]),
+    ("Features and their dispatchers", ["ppl_sparsegp.features", "ppl_sparsegp.covariances",
+                                        "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian"]),
+    ("Approximations, q families and primitives", ["ppl_sparsegp.approximations"]),
+    ("Stein particle inference", ["ppl_sparsegp.stein"]),
+    ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
+    ("Fits, sharding and data", ["ppl_sparsegp.fits", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets",
+                                 "ppl_sparsegp.compat"]),
+    ("Structured linear algebra", ["ppl_sparsegp.linalg"]),
+]
+
+
+def public_modules() -> list[str]:
+    """Every public module of the package that has an ``__all__``, sorted by name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        root = importlib.import_module(PACKAGE)
+        names = [PACKAGE] + [m.name for m in pkgutil.walk_packages(root.__path__, PACKAGE + ".")
+                             if not any(part.startswith("_") for part in m.name.split("."))]
+        return sorted(n for n in names if hasattr(importlib.import_module(n), "__all__"))
+
+
+def _listed(module: str) -> dict:
+    mod = importlib.import_module(module)
+    return {name: getattr(mod, name) for name in mod.__all__}
+
+
+def kind(obj) -> str:
+    """The autodoc directive for an object."""
+    if inspect.ismodule(obj):
+        return "module"
+    if inspect.isclass(obj):
+        return "autoclass"
+    if callable(obj):  # functions, jitted functions, custom_vjp functions, dispatchers
+        return "autofunction"
+    return "autodata"
+
+
+def homes() -> dict[tuple[str, str], str]:
+    """``{(module, name): home module}`` for every name of every public ``__all__`` that is not a module."""
+    modules = public_modules()
+    listed = {m: _listed(m) for m in modules}
+    out = {}
+    for module in modules:
+        for name, obj in listed[module].items():
+            if inspect.ismodule(obj):
+                continue
+            candidates = [m for m in modules if name in listed[m] and listed[m][name] is obj]
+            defining = getattr(obj, "__module__", None)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and defining in candidates:
+                out[(module, name)] = defining
+            else:
+                out[(module, name)] = max(candidates, key=lambda m: (m.count("."), m))
+    return out
+
+
+def pages() -> dict[str, list[tuple[str, str]]]:
+    """``{module: [(name, directive), ...]}``: what each module's page documents (its home names, in the
+    order of its ``__all__``)."""
+    modules = public_modules()
+    home = homes()
+    out = {m: [] for m in modules}
+    for module in modules:
+        objs = _listed(module)
+        for name in importlib.import_module(module).__all__:
+            if home.get((module, name)) == module:
+                out[module].append((name, kind(objs[name])))
+    return out
+
+
+def _private_base_members(cls) -> list[str]:
+    """Public, documented members a class inherits from the package's private bases (``_PerDimension``
+    gives ``AdditiveFeatures.from_data``): autodoc's ``:members:`` leaves them out, these pages list them."""
+    names = []
+    for klass in cls.__mro__[1:]:
+        if klass.__name__.startswith("_") and klass.__module__.startswith(PACKAGE + "."):
+            for name, value in vars(klass).items():
+                if (not name.startswith("_") and name not in vars(cls) and name not in names
+                        and inspect.getdoc(getattr(cls, name, None))):
+                    names.append(name)
+    return names
+
+
+def _page(module: str, entries: list[tuple[str, str]], reexports: list[tuple[str, str]]) -> str:
+    lines = [module, "=" * len(module), "", f".. automodule:: {module}", "   :no-members:", ""]
+    if entries:
+        lines += [".. rubric:: Contents", "", ".. autosummary::", "   :nosignatures:", ""]
+        lines += [f"   {name}" for name, _ in entries] + [""]
+    if reexports:
+        lines += [".. rubric:: Also importable from here", ""]
+        lines += [f"* :py:obj:`{name} <{home}.{name}>` (documented in :py:mod:`{home}`)"
+                  for name, home in reexports] + [""]
+    for name, directive in entries:
+        lines += [f".. {directive}:: {module}.{name}"]
+        if directive == "autoclass":
+            lines += ["   :members:", "   :show-inheritance:"]
+            cls = getattr(importlib.import_module(module), name)
+            extra = _private_base_members(cls)
+            if extra:  # documented inside the class body, as its own members are
+                lines += [""] + [f"   .. {'automethod' if callable(getattr(cls, m)) else 'autoattribute'}:: "
+                                 f"{module}.{name}.{m}" for m in extra]
+        if directive == "autodata":
+            lines += ["   :no-value:"]
+        lines += [""]
+    return "\n".join(lines)
+
+
+def _write(path: Path, text: str):
+    if not path.exists() or path.read_text() != text:  # unchanged pages keep their timestamps
+        path.write_text(text)
+
+
+def generate(outdir) -> list[str]:
+    """Write ``<module>.rst`` for every public module and ``index.md`` into ``outdir``; return the
+    modules. Pages of modules that no longer exist are removed."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    content = pages()
+    home = homes()
+    modules = list(content)
+    for module in modules:
+        mod = importlib.import_module(module)
+        reexports = sorted({(name, home[(module, name)]) for name in mod.__all__
+                            if (module, name) in home and home[(module, name)] != module})
+        _write(outdir / f"{module}.rst", _page(module, content[module], reexports))
+    for old in outdir.glob("*.rst"):
+        if old.stem not in content:
+            old.unlink()
+    index = ["# API reference", "",
+             "Generated from the docstrings: one page per public module, every name of every `__all__` "
+             "documented once, on the page of the module that defines it (re-exports link there).", ""]
+    placed = set()
+    sections = SECTIONS + [("Other modules", [""])]
+    for title, prefixes in sections:
+        members = [m for m in modules if m not in placed and any(
+            m == p or (p and m.startswith(p + ".") and not any(
+                m == q or m.startswith(q + ".") for _, qs in SECTIONS for q in qs if len(q) > len(p)))
+            or p == "" for p in prefixes)]
+        if title == "The package":
+            members = [PACKAGE]
+        if not members:
+            continue
+        placed.update(members)
+        index += [f"## {title}", "", "```{toctree}", ":maxdepth: 1", ""] + members + ["```", ""]
+    _write(outdir / "index.md", "\n".join(index))
+    return modules
