@@ -223,9 +223,14 @@ def funk_hecke_coefficients(kernel: Zonal, d: int, max_degree: int, num_nodes: i
     if d < 3:
         raise ValueError(f"d must be >= 3 (input_dim >= 2), got {d}")
     Q = 2 * max_degree + 200 if num_nodes is None else int(num_nodes)
-    t, P = _quadrature(int(d), int(max_degree), Q)
+    return _coefficients(kernel, int(d), int(max_degree), Q)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _coefficients(kernel, d, max_degree, num_nodes):
+    t, P = _quadrature(d, max_degree, num_nodes)
     dtype = jnp.result_type(kernel.variance, float)
-    a = jnp.asarray(P, dtype) @ kernel.kappa(jnp.asarray(t, dtype))
+    a = jnp.asarray(P, dtype) @ kernel.kappa(jnp.asarray(t, dtype))  # Eq. (1)
     zero = np.array([kernel.vanishing_degree(n, d) for n in range(max_degree + 1)])
     return jnp.where(zero, 0.0, a)
 
@@ -392,25 +397,20 @@ class SphericalHarmonicFeatures(InducingFeature):
 
     def coefficients(self, kernel):
         """a_n for the kept degrees, each repeated N(d, n) times (M,), without σ²."""
-        a = funk_hecke_coefficients(kernel, self.d, self.max_degree)[jnp.asarray(self.degrees)]
-        return jnp.repeat(a, np.asarray(self.counts), total_repeat_length=self.num_features)
+        index = np.repeat(np.asarray(self.degrees), np.asarray(self.counts))  # static: one gather
+        return funk_hecke_coefficients(kernel, self.d, self.max_degree)[index]
 
     def unresolved(self, kernel):
         r"""The fraction of the prior variance the features miss, :math:`1 - \sum_{n\in\text{kept}} N(d,n)a_n`
         (the same at every input: :math:`k(\mathbf x,\mathbf x) - Q_{ff}(\mathbf x,\mathbf x) =
         \sigma^2 r^{2p}\times` this)."""
-        a = funk_hecke_coefficients(kernel, self.d, self.max_degree)[jnp.asarray(self.degrees)]
-        return 1.0 - jnp.sum(jnp.asarray(self.counts, a.dtype) * a)
+        a = funk_hecke_coefficients(kernel, self.d, self.max_degree)[np.asarray(self.degrees)]
+        return 1.0 - jnp.sum(np.asarray(self.counts, float) * a)
 
     def harmonics(self, U):
-        r""":math:`Y_{n,j}(\hat{\mathbf x})` for unit vectors U (N, d): (M, N), degrees in order."""
-        alpha = 0.5 * (self.d - 2)
-        rows = []
-        for n in self.degrees:
-            V, Linv = fundamental_system(self.d, n)
-            T = jnp.clip(jnp.asarray(V, U.dtype) @ U.T, -1.0, 1.0)
-            rows.append(jnp.asarray(Linv, U.dtype) @ gegenbauer(n, alpha, T))  # Eq. (4)
-        return jnp.concatenate(rows, axis=0)
+        r""":math:`Y_{n,j}(\hat{\mathbf x})` for unit vectors U (N, d): (M, N), degrees in order (one compiled
+        program per (d, degrees, shape, dtype))."""
+        return _harmonics(self.d, self.degrees, U)
 
     def warn_outside(self, X, name="X_new"):
         """Warn (:class:`OutsideDomainWarning`) when concrete inputs lie more than 10 % of the data's range
@@ -435,16 +435,50 @@ class SphericalHarmonicFeatures(InducingFeature):
         return X
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _harmonics(d, degrees, U):
+    """Y for the kept degrees: every row's Gegenbauer polynomial of its own degree in one recurrence over
+    the (M, N) projections V x̂ (Eq. (5); a row keeps the value of its degree), then L_n⁻¹ per degree (Eq. (4))."""
+    alpha = 0.5 * (d - 2)
+    systems = [fundamental_system(d, n) for n in degrees]
+    V = np.concatenate([v for v, _ in systems])
+    row_degree = jnp.asarray(np.repeat(degrees, [len(v) for v, _ in systems]))[:, None]
+    T = jnp.clip(jnp.asarray(V, U.dtype) @ U.T, -1.0, 1.0)
+    one = jnp.ones_like(T)
+    c_prev, c = one, 2.0 * alpha * T
+    out = jnp.where(row_degree == 0, one, jnp.where(row_degree == 1, c, 0.0))
+
+    def step(k, carry):
+        c_prev, c, out = carry
+        k = jnp.asarray(k, T.dtype)
+        c_prev, c = c, (2.0 * T * (k + alpha - 1) * c - (k + 2 * alpha - 2) * c_prev) / k  # Eq. (5)
+        return c_prev, c, jnp.where(row_degree == k, c, out)
+
+    if degrees[-1] >= 2:
+        _, _, out = jax.lax.fori_loop(2, degrees[-1] + 1, step, (c_prev, c, out))
+    rows, start = [], 0
+    for _, Linv in systems:
+        stop = start + len(Linv)
+        rows.append(jnp.asarray(Linv, U.dtype) @ out[start:stop])  # Eq. (4): Y_n = L_n⁻¹ C_n(V_n x̂)
+        start = stop
+    return jnp.concatenate(rows, axis=0)
+
+
 def _check_pair(feature, kernel):
     if not isinstance(feature, SphericalHarmonicFeatures):
         raise TypeError(f"expected SphericalHarmonicFeatures, got {type(feature).__name__}")
     feature.check_kernel(kernel)
 
 
+@jax.jit
+def _feature_coefficients(feature, kernel):
+    return feature.coefficients(kernel)
+
+
 @Kuu.register(SphericalHarmonicFeatures, Zonal)
 def _kuu_spherical(feature, kernel):
     _check_pair(feature, kernel)
-    a = feature.coefficients(kernel)
+    a = _feature_coefficients(feature, kernel)
     if is_concrete(a) and not np.all(np.asarray(a) > 0):
         bad = int(np.argmax(~(np.asarray(a) > 0)))
         raise ValueError(f"SphericalHarmonicFeatures: the Funk–Hecke coefficient of feature {bad} is "
@@ -453,6 +487,7 @@ def _kuu_spherical(feature, kernel):
     return Diagonal(1.0 / (kernel.variance * a))  # Eq. (2)
 
 
+@jax.jit
 def _kuf(feature, kernel, X):
     r, U = kernel.to_sphere(X)
     Y = feature.harmonics(U)
@@ -475,7 +510,7 @@ def _chunk_statistics(feature, kernel, X, y, w):
     return K @ K.T, K @ y, jnp.sum(K, axis=1), jnp.sum(w * y * y), jnp.sum(w * y), jnp.sum(w)
 
 
-def spherical_statistics(feature, kernel, X, y, *, chunk_size: int = 16384) -> SufficientStatistics:
+def spherical_statistics(feature, kernel, X, y, *, chunk_size: int = 4096) -> SufficientStatistics:
     r"""The collapsed bound's sufficient statistics :math:`A = K_{uf}K_{fu}`, :math:`\mathbf c = K_{uf}\mathbf y`,
     :math:`\mathbf y^\top\mathbf y`, N, :math:`K_{uf}\mathbf 1`, Σy in one pass over X in chunks (any
     array with ``.shape`` and row slicing: NumPy arrays, ``np.memmap``), never forming the (M, N) Kuf.
