@@ -135,7 +135,11 @@ def run_uci(name, method, args, root):
     split = load_uci(name, args.split, root=root)
     scaling = "minmax" if method == "vff" else "standard"
     X, y, Xs, ys_, scaler = standardise(split.X_train, split.y_train, split.X_test, split.y_test, x_scaling=scaling)
-    gp, M = make_model(method, X.shape[1], args.max_features, X)
+    from ppl_sparsegp.features.spherical import num_harmonics
+
+    D = X.shape[1]
+    M_equal = sum(num_harmonics(D + 1, n) for n in range(spherical_degree(D, args.max_features) + 1))
+    gp, M = make_model(method, D, M_equal, X)  # every method at the spherical features' M
     params, times = train_svgp(gp, X, y, epochs=args.epochs, batch=args.batch, lr=args.lr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # far test inputs are reported by the warning, not needed here
