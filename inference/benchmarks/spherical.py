@@ -25,7 +25,9 @@
     evaluation) is not run.
 
 (c) **cost per gradient** against M: one SVI step (value and gradient of the minibatch ELBO, batch 256,
-    d = 9) for spherical features and inducing points at the same M.
+    d = 9) for spherical features (full q(u), and ``spherical-diag``: mean-field q(u)) and inducing points
+    at the same M. With a full q the O(N_b M²) of the variance term remains for every family; the
+    spherical features remove the M³ of Kuu's Cholesky; with a mean-field q nothing is quadratic in M.
 
 ``python -m inference.benchmarks.spherical [--quick] [--parts a,b,c]`` writes ``results/spherical.json``
 and prints Markdown tables.
@@ -68,11 +70,13 @@ def make_model(method, D, M_target, X):
                               SphericalHarmonicFeatures, SquaredExponential)
 
     noise = Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0))
-    if method == "spherical":
+    if method in ("spherical", "spherical-diag"):
         kernel = ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0),
                                lengthscale=dist.LogNormal(jnp.full(D, math.log(math.sqrt(D))), 1.0).to_event(1),
                                bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 1.0))
         feature = SphericalHarmonicFeatures(D, spherical_degree(D, M_target))
+        if method == "spherical-diag":  # mean-field q(u): no M × M factor anywhere, O(N_b M) per step
+            return SparseGP(feature, kernel, noise, q_cov="diag"), feature.num_features
     elif method == "svgp-ip":
         kernel = SquaredExponential(variance=dist.LogNormal(0.0, 1.0),
                                     lengthscale=dist.LogNormal(jnp.zeros(D), 1.0).to_event(1))
@@ -248,7 +252,7 @@ def run_cost(args):
     for L in args.cost_degrees:
         from ppl_sparsegp.features.spherical import num_harmonics
         M = sum(num_harmonics(D + 1, n) for n in range(L + 1))
-        for method in ("spherical", "svgp-ip"):
+        for method in args.cost_methods:
             gp, M_used = make_model(method, D, M, np.asarray(X))
             svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.01), TraceMeanField_ELBO())
             state = svi.init(jax.random.PRNGKey(0), X, y, batch_size=B)
@@ -257,7 +261,7 @@ def run_cost(args):
                          "compile_s": t.compile_s})
             print(f"cost L={L} M={M_used} {method}: {1e3 * t.median_s:.2f} ms/step", flush=True)
     slopes = {}
-    for method in ("spherical", "svgp-ip"):
+    for method in args.cost_methods:
         pts = [(r["M"], r["step_ms"]) for r in rows if r["method"] == method and r["M"] >= 50]
         if len(pts) >= 2:
             m, t = np.log(np.array(pts, float)).T
@@ -281,6 +285,8 @@ def main(argv=None):
     p.add_argument("--maxiter", type=int, default=200)
     p.add_argument("--cost-degrees", default="1,2,3,4")
     p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--cost-methods", default="spherical,svgp-ip",
+                   help="of spherical (full q), spherical-diag (mean-field q), svgp-ip")
     p.add_argument("--data-dir", default=None)
     args = p.parse_args(argv)
     if args.quick:
@@ -290,6 +296,7 @@ def main(argv=None):
         args.airline_n, args.airline_degree, args.maxiter, args.cost_degrees = 20_000, 2, 50, "1,2"
         args.repeats, args.airline_svgp_steps = 3, 20
     args.cost_degrees = [int(v) for v in str(args.cost_degrees).split(",")]
+    args.cost_methods = [m for m in args.cost_methods.split(",") if m]
     machine = harness.setup(args)
     from ppl_sparsegp.datasets import data_dir
 
