@@ -29,10 +29,10 @@ from .covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from .features.base import refined_features
 from .features import (AdditiveFeatures, AdditiveOrthogonal, FourierFeatures, HarmonicFeatures, HermiteFeatures,
                        InducingFeature, InducingPoints, KroneckerFeatures, RandomFourierFeatures,
-                       TrigonometricFeatures)
+                       SphericalHarmonicFeatures, TrigonometricFeatures)
 from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
-from .kernels import Additive, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
+from .kernels import Additive, ArcCosine, ChordalMatern, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
 from ._version import __version__
 from .parameters import Param, debug_checks, stack_modules
@@ -40,12 +40,13 @@ from .parameters import Param, debug_checks, stack_modules
 __all__ = [
     # kernels
     "SquaredExponential", "Matern12", "Matern32", "Matern52", "Periodic", "Additive", "Product", "SphereEmbedded",
+    "ArcCosine", "ChordalMatern",
     # likelihoods
     "Gaussian", "Poisson", "Bernoulli", "StudentT", "Softmax", "RobustMax",
     # features and their dispatchers
     "InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
     "HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "HarmonicFeatures",
-    "RandomFourierFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics", "SufficientStatistics",
+    "RandomFourierFeatures", "SphericalHarmonicFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics", "SufficientStatistics",
     # q families
     "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
     # approximations

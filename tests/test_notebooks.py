@@ -10,7 +10,9 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.py"))
 # eager initialisation), so it runs with the slow tests; so do hkd
 # (14 s) and srf (11 s), whose families test_harmonic.py and test_random_fourier.py / test_stein.py
 # check against dense computations in the fast suite (which has to stay under 6 minutes on 2 cores)
-SLOW = {"own_model", "hkd", "srf"}
+# spherical: 25 s CPU at QUICK size (most of it compiling the SVI step with the map's scales and bias free),
+# its family checked against independent computations in tests/test_spherical.py's fast tests
+SLOW = {"own_model", "hkd", "srf", "spherical"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW else p

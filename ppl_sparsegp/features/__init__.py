@@ -7,8 +7,9 @@ from .harmonic import HarmonicFeatures
 from .inducing_points import InducingPoints
 from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
+from .spherical import SphericalHarmonicFeatures
 from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
            "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
-           "RandomFourierFeatures", "ImportanceFourierFeatures"]
+           "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures"]
