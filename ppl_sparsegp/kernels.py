@@ -496,7 +496,7 @@ class Zonal(Kernel):
         \hat{\mathbf x} = \tilde{\mathbf x}/r \in S^{d-1},\ d = D + 1,\qquad
         k(\mathbf x, \mathbf x') = \sigma^2\, r^p r'^p\, \kappa(\hat{\mathbf x}\cdot\hat{\mathbf x}'),
 
-    with p = :attr:`order` (0 for the kernels that are not homogeneous) and :math:`\kappa(1) = 1`. The
+    with p = ``order`` (0 for the kernels that are not homogeneous) and :math:`\kappa(1) = 1`. The
     scales s (``lengthscale``) and the bias b are kernel hyperparameters, so they may be templates (priors
     or Params) like any other: the map lives in the kernel because the dense Gram matrix (the exact GP,
     :func:`~ppl_sparsegp.diagnostics.adequacy`) needs it, and because ``spectral_gp`` and every

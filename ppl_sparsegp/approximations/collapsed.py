@@ -51,7 +51,7 @@ from ..parameters import Param, check_concrete_module, check_finite, check_posit
 from .base import GPModel, _require, _site_names, check_targets
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
-           "exact_log_marginal_likelihood"]
+           "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]
 
 
 def _whiten(Kmm, X):

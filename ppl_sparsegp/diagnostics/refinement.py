@@ -106,17 +106,20 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool = True, 
     flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
     first = {k: v[0] for k, v in flat.items()}
     base_trace = _trace(model, first, args, kwargs)
+    inducing = {n for n, site in base_trace.items()  # spectral_gp's inducing sites: their size follows the features
+                if site["type"] == "sample" and not site["is_observed"] and "ppl_sparsegp_gps" in site.get("infer", {})}
+    small = {k: v for k, v in first.items() if k not in inducing}
     try:
         with refined_features(times):
-            refined_trace = _trace(model, first, args, kwargs)
+            refined_trace = _trace(model, small, args, kwargs)
     except NotImplementedError as err:
         raise ValueError(f"refinement_check: {err}") from err
     gps = _features(base_trace)
     if not gps:
         raise ValueError("refinement_check found no spectral_gp or marginal_spectral_gp in the model: nothing to refine")
     base_latent, refined_latent = _latent(base_trace), _latent(refined_trace)
-    hyper = [n for n, shape in base_latent.items()
-             if n in flat and int(np.prod(shape, dtype=int)) <= MAX_HYPER_SIZE and refined_latent.get(n) == shape]
+    hyper = [n for n, shape in base_latent.items() if n in flat and n not in inducing
+             and int(np.prod(shape, dtype=int)) <= MAX_HYPER_SIZE and refined_latent.get(n) == shape]
     moments = _moments(flat, hyper)
     result = {"k_hat": None, "ess": None, "shift_is": {}, "shift_refit": {}, "refit_mean": {},
               "features": _describe(gps, _features(refined_trace))}
