@@ -76,6 +76,9 @@ def _parser(model_name=None, model_module=None):
     f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     f.add_argument("--out", type=Path, default=None, help="output folder (default runs/<model>-<method>/)")
     f.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    f.add_argument("--refine", action="store_true",
+                   help="after a NUTS fit, also run the refinement check (the model with every feature refined: "
+                        "importance weights where nothing is latent, a short NUTS refit; prints its verdict)")
     if model_module is not None and hasattr(model_module, "add_arguments"):
         model_module.add_arguments(f.add_argument_group(f"options of model {model_name!r}"))
     return p
@@ -369,6 +372,21 @@ def _adequacy(spec, idata):
     return diagnostics.adequacy(spec.gp, idata, spec.X, max_draws=200)
 
 
+def _refinement(spec, args, idata):
+    """diagnostics.refinement_check of a NUTS fit (None for other methods or features without a
+    refinement rule, with the reason on stderr)."""
+    from ppl_sparsegp import diagnostics
+
+    if args.method != "nuts":
+        return None
+    kwargs = {k: v for k, v in spec.model_kwargs.items() if k != "batch_size"}
+    try:
+        return diagnostics.refinement_check(spec.gp.model, idata, spec.X, spec.y, **kwargs)
+    except ValueError as err:
+        print(f"note: no refinement check: {err}", file=sys.stderr)
+        return None
+
+
 def _var_names(spec, idata):
     names = spec.var_names or list(spec.gp.hyperparameter_sites())
     return [n for n in names if n in idata.posterior] or list(idata.posterior.data_vars)
@@ -427,6 +445,11 @@ def fit(spec, args):
         stats["adequacy_residual_q95"] = check["q95"]
         stats["adequacy_ok"] = check["ok"]
 
+    refinement = _refinement(spec, args, idata) if getattr(args, "refine", False) else None
+    if refinement is not None:
+        diagnostics.add_adequacy(idata, refinement)
+        stats["refinement_ok"] = refinement["ok"]
+
     diagnostics.save(idata, out / "idata.nc")
     written = ["idata.nc"]
     if args.method in ("svi", "map"):
@@ -456,6 +479,9 @@ def fit(spec, args):
                             "not available for this fit (particle posteriors have no single feature)"))
     if check is not None and not check["ok"]:
         print(f"warning: the approximation for the posterior it found is {check['message']}", file=sys.stderr)
+    if getattr(args, "refine", False):
+        print("refinement: " + (refinement["message"] if refinement is not None else
+                                "available after a NUTS fit of a model whose features have a refinement rule"))
     print("\nmetrics")
     print(json.dumps(metrics, indent=2, default=float))
     print(f"\nwrote {out}/: {' '.join(written)} summary.txt metrics.json " + " ".join(p.name for p in plots))

@@ -288,9 +288,9 @@ def test_per_dimension_box_rule_against_the_exact_gp(combination):
 
 
 def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
-    """A prior gives ℓ_min and ℓ_max as its 5% and 95% quantiles (icdf where defined, else a fixed-key
-    sample quantile): M from ℓ_min, the margin 3ℓ_max; per-dimension values give per-dimension boxes;
-    wrong sizes and improper priors are refused."""
+    """A prior gives ℓ_min and ℓ_max as its 1% and 99% quantiles (icdf where defined, else a fixed-key
+    sample quantile): M from ℓ_min, the margin 3ℓ_max capped at one data span (never below 3ℓ_min);
+    per-dimension values give per-dimension boxes; wrong sizes and improper priors are refused."""
     import numpyro.distributions as dist
     from scipy import stats
 
@@ -299,14 +299,19 @@ def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
 
     prior = dist.LogNormal(np.log(0.2), 0.5)
     lo, hi = lengthscale_range(prior)
-    np.testing.assert_allclose([lo, hi], 0.2 * np.exp(0.5 * stats.norm.ppf([0.05, 0.95])), rtol=1e-6)
+    np.testing.assert_allclose([lo, hi], 0.2 * np.exp(0.5 * stats.norm.ppf([0.01, 0.99])), rtol=1e-6)
     gamma = dist.Gamma(4.0, 20.0)  # no icdf in NumPyro without tfp: the sample quantile, within its MC error
     np.testing.assert_allclose(lengthscale_range(gamma, quantile=0.1), stats.gamma.ppf([0.1, 0.9], 4.0, scale=1 / 20),
                                rtol=0.03)
     a = FourierFeatures.from_data([0.0, 1.0], prior)
     b = FourierFeatures.from_data([0.0, 1.0], float(lo), max_lengthscale=float(hi))
     assert (a.a, a.b, a.num_frequencies) == (b.a, b.b, b.num_frequencies)
-    np.testing.assert_allclose([a.a, a.b], [-3 * hi, 1 + 3 * hi])
+    assert 3 * hi > 1.0 > 3 * lo  # the prior's upper quantile is long next to the span: the cap binds
+    np.testing.assert_allclose([a.a, a.b], [-1.0, 2.0])
+    uncapped = FourierFeatures.from_data([0.0, 1.0], prior, max_margin=np.inf)
+    np.testing.assert_allclose([uncapped.a, uncapped.b], [-3 * hi, 1 + 3 * hi])
+    short = FourierFeatures.from_data([0.0, 1.0], 0.5)  # 3ℓ_min above the cap: the margin stays 3ℓ_min
+    np.testing.assert_allclose([short.a, short.b], [-1.5, 2.5])
     f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), [0.1, 0.4])
     assert f.features[0].b == pytest.approx(1.3) and f.features[1].b == pytest.approx(3.2)
     with pytest.raises(ValueError, match="one entry per dimension"):

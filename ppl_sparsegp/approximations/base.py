@@ -18,7 +18,7 @@ from numpyro.infer import Predictive
 
 from ..conditionals import conditional
 from ..covariances import Kuu
-from ..features.base import InducingFeature
+from ..features.base import InducingFeature, current_feature
 from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
@@ -139,7 +139,7 @@ class GPModel:
         """Instantiate (kernel, likelihood, feature, mean) inside a model (or, point=True, a guide)."""
         kernel = instantiate(self.kernel, "kernel_", point=point)
         likelihood = instantiate(self.likelihood, "likelihood_", point=point)
-        feature = instantiate(self.feature, "feature_", point=point)
+        feature = current_feature(instantiate(self.feature, "feature_", point=point))  # refined_features
         if isinstance(self.mean, Distribution):
             if point:
                 loc = numpyro.param("mean_map", lambda k: initial_value(self.mean), constraint=self.mean.support)

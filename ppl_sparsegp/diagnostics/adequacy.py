@@ -102,15 +102,34 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
 
 
 def add_adequacy(idata, result: dict):
-    """Store an :func:`adequacy` result in ``idata`` as the group ``adequacy``: ``residual_fraction``
-    (dim ``adequacy_draw``) and the summary (``median``, ``q95``, ``ok``, ``message``) as attributes; it
-    survives :func:`save` / :func:`load`."""
-    ds = xr.Dataset({"residual_fraction": (("adequacy_draw",), np.asarray(result["residual_fraction"]))},
-                    attrs={"median": result["median"], "q95": result["q95"], "ok": int(result["ok"]),
-                           "message": result["message"]})
+    """Store an :func:`adequacy` or a :func:`~ppl_sparsegp.diagnostics.refinement_check` result in
+    ``idata`` as the group ``adequacy``: the residual check's ``residual_fraction`` (dim
+    ``adequacy_draw``) and its summary (``median``, ``q95``, ``ok``, ``message``) as attributes; the
+    refinement check's ``refinement_ok``, ``refinement_k_hat`` (−1 without importance weights),
+    ``refinement_max_shift`` (posterior sd) and ``refinement_message`` as attributes of the same group
+    (either may come first). It survives :func:`save` / :func:`load`.
+
+    :returns: ``idata``.
+    """
+    old = getattr(idata, "adequacy", None)
+    if "k_hat" in result:  # a refinement check
+        shifts = {**result["shift_is"], **result["shift_refit"]}
+        attrs = {"refinement_ok": int(result["ok"]), "refinement_message": result["message"],
+                 "refinement_k_hat": -1.0 if result["k_hat"] is None else float(result["k_hat"]),
+                 "refinement_max_shift": float(max(shifts.values())) if shifts else 0.0}
+        ds = xr.Dataset(attrs=attrs) if old is None else old.assign_attrs(attrs)
+    else:
+        ds = xr.Dataset({"residual_fraction": (("adequacy_draw",), np.asarray(result["residual_fraction"]))},
+                        attrs={**({k: v for k, v in old.attrs.items() if k.startswith("refinement_")}
+                                  if old is not None else {}),
+                               "median": result["median"], "q95": result["q95"], "ok": int(result["ok"]),
+                               "message": result["message"]})
     with warnings.catch_warnings():  # not one of ArviZ's schema groups
         warnings.simplefilter("ignore", UserWarning)
-        idata.add_groups({"adequacy": ds})
+        if old is None:
+            idata.add_groups({"adequacy": ds})
+        else:
+            idata.adequacy = ds
     return idata
 
 
