@@ -202,9 +202,8 @@ def _marginal_loo(idata, mcmc):
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model."""
-    from numpyro import handlers
-
     from ..approximations.marginal import MarginalGaussian
+    from .refinement import model_trace
 
     def base(fn):
         while not isinstance(fn, MarginalGaussian) and hasattr(fn, "base_dist"):
@@ -217,8 +216,7 @@ def _marginal_loo(idata, mcmc):
     flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}
 
     def trace(draw):
-        with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
-            return handlers.trace(model).get_trace(*args, **kwargs)
+        return model_trace(model, draw, args, kwargs)
 
     first = trace({k: v[0] for k, v in flat.items()})
     sites = [n for n, s in first.items()

@@ -43,7 +43,8 @@ __all__ = ["refinement_check"]
 MAX_HYPER_SIZE = 16
 
 
-def _trace(model, draw, args, kwargs):
+def model_trace(model, draw, args, kwargs):
+    """The trace of ``model(*args, **kwargs)`` with the sites in ``draw`` substituted (seeded, blocked)."""
     with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
         return handlers.trace(model).get_trace(*args, **kwargs)
 
@@ -105,13 +106,13 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool = True, 
         raise ValueError("samples is empty: pass mcmc.get_samples() or the fit's InferenceData")
     flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
     first = {k: v[0] for k, v in flat.items()}
-    base_trace = _trace(model, first, args, kwargs)
+    base_trace = model_trace(model, first, args, kwargs)
     inducing = {n for n, site in base_trace.items()  # spectral_gp's inducing sites: their size follows the features
                 if site["type"] == "sample" and not site["is_observed"] and "ppl_sparsegp_gps" in site.get("infer", {})}
     small = {k: v for k, v in first.items() if k not in inducing}
     try:
         with refined_features(times):
-            refined_trace = _trace(model, small, args, kwargs)
+            refined_trace = model_trace(model, small, args, kwargs)
     except NotImplementedError as err:
         raise ValueError(f"refinement_check: {err}") from err
     gps = _features(base_trace)
