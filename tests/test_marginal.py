@@ -137,9 +137,11 @@ def test_statistics_path_has_no_data_sized_array_per_gradient():
     n = 2003  # a size no feature count has
     xs = np.linspace(0.0, 3.0, n)
 
-    def model(ys):
-        psg.marginal_spectral_gp("y", (TREND[0], psg.Matern52(1.0, dist.LogNormal(0.0, 0.5))), xs, ys,
-                                 dist.HalfNormal(1.0))
+    def model(ys):  # two GPs and a linear mean, as in a user's model (the mean's basis is data too)
+        psg.marginal_spectral_gp("y", {"trend": (TREND[0], psg.Matern52(1.0, dist.LogNormal(0.0, 0.5))),
+                                       "season": (psg.FourierFeatures(0.0, 1.0, 4), psg.Periodic(0.3, 1.0, 1.0))},
+                                 xs, ys, dist.HalfNormal(1.0), mean_basis=np.stack([np.ones(n), xs], 1),
+                                 mean_prior=dist.Normal(np.zeros(2), 1.0))
 
     from numpyro.infer.util import initialize_model
 

@@ -23,10 +23,10 @@ A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated
   computes that series too, but needs TensorFlow Probability for its Bessel functions), β sampled.
 
 Per row: each hyperparameter's posterior mean ± sd and its distance to the exact posterior
-(|mean − exact mean| / exact sd), leapfrog steps per draw, min bulk ESS, min bulk ESS per second (wall of
-the fit, compilation included) and the verdicts of the residual check (``adequacy``) and the refinement
-check (``refinement_check``: importance weights and a 200 + 200 refit for the collapsed model, a
-100 + 100 refit for the latent one). Also the collapsed model's ms per gradient at N = 500 and at
+(|mean − exact mean| / exact sd), leapfrog steps per draw, min bulk ESS, min bulk ESS per second of sampling
+(the fit's wall less its compilation, which is reported apart; the JSON also keeps ESS per wall second) and the verdicts of the residual check (``adequacy``) and the refinement
+check (``refinement_check``: importance weights and a 100 + 100 warm-started refit under the
+refined features). Also the collapsed model's ms per gradient at N = 500 and at
 N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
 """
 from __future__ import annotations
@@ -146,7 +146,8 @@ def fit(model, t, y, *, warmup, samples, seed=0):
     extra = mcmc.get_extra_fields()
     bulk = min(v["bulk_ess"] for v in post.values())
     row = {"wall_s": c.wall, "cpu_s": c.cpu, "compile_s": c.compile, "min_bulk_ess": bulk,
-           "min_bulk_ess_per_s": bulk / c.wall, "leapfrog_per_draw": float(np.mean(extra["num_steps"])),
+           "min_bulk_ess_per_s": bulk / (c.wall - c.compile), "min_bulk_ess_per_s_with_compile": bulk / c.wall,
+           "leapfrog_per_draw": float(np.mean(extra["num_steps"])),
            "divergences": int(np.sum(extra["diverging"])), "max_rhat": max(v["rhat"] for v in post.values()),
            "posterior": post}
     return row, mcmc
@@ -162,7 +163,7 @@ def checks(name, model, mcmc, t, y, setting, quick):
     trend, _ = features(t, setting)
     residual = diagnostics.adequacy(trend, samples, t,
                                     kernel=lambda d: Matern52(d["trend_var"], d["trend_ell"]))
-    n = 50 if quick else (200 if name == "collapsed VFF" else 100)
+    n = 50 if quick else 100
     with harness.clock() as c:
         refined = diagnostics.refinement_check(model, samples, t, y, num_warmup=n, num_samples=n)
     return {"adequacy_ok": residual["ok"], "adequacy_median": residual["median"],
@@ -172,12 +173,22 @@ def checks(name, model, mcmc, t, y, setting, quick):
 
 
 def gradient_costs(sizes, setting="centre"):
-    """{N: ms per gradient} of the collapsed model's potential (the statistics path)."""
+    """{N: ms per gradient} of the collapsed model's potential (the statistics path), on series of N
+    points over the same span (beyond N = 2 000 a cheap stand-in for the GP draw: a smooth trend and a
+    yearly cycle plus noise, since only the cost is measured there)."""
+    import numpy as np
+
     from inference.benchmarks.pines import gradient_cost
 
     out = {}
     for n in sizes:
-        t, y, H = simulate(n)
+        if n <= 2000:
+            t, y, H = simulate(n)
+        else:
+            rng = np.random.default_rng(1)
+            t = np.sort(rng.uniform(0.0, SPAN, n))
+            H = np.stack([np.ones(n), (t - SPAN / 2) / (SPAN / 2)], 1)
+            y = np.sin(t / 3.0) + 0.5 * np.sin(2 * np.pi * t) + NOISE * rng.normal(size=n)
         out[str(n)] = gradient_cost(models(t, H, setting)["collapsed VFF"], (t, y), repeats=100)[1]
     return out
 
@@ -187,7 +198,7 @@ COLUMNS = [("setting", "setting", ""), ("model", "name", "")] + [
     for k in HYPER] + [
     ("max distance (exact sd)", "max_sd_distance", ".2f"), ("leapfrog/draw", "leapfrog_per_draw", ".0f"),
     ("min bulk ESS", "min_bulk_ess", ".0f"), ("min bulk ESS/s", "min_bulk_ess_per_s", ".2f"),
-    ("wall s", "wall_s", ".0f"), ("max R-hat", "max_rhat", ".3f"),
+    ("wall s", "wall_s", ".0f"), ("compile s", "compile_s", ".0f"), ("max R-hat", "max_rhat", ".3f"),
     ("residual check", lambda r: None if "adequacy_ok" not in r else ("pass" if r["adequacy_ok"] else "fail"), ""),
     ("refinement check", lambda r: None if "refinement_ok" not in r else ("pass" if r["refinement_ok"] else "fail"),
      "")]
