@@ -14,13 +14,15 @@ A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated
 
 * **exact**: y ~ N(Hβ̄, K_trend + K_season + HBHᵀ + σ²I) by dense Cholesky (O(N³) per gradient);
 * **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, prior, nu=2.5,
-  tolerance=0.01·σ_n²/σ_f²)`` (the rule's advice, at the priors' medians σ_n = 0.1·… see ``TOLERANCE``)
+  tolerance=0.01·σ_n²/σ_f²)`` (the rule's advice for Gaussian data at the true σ_n and σ_f, ``TOLERANCE``)
   for the trend and ``FourierFeatures(0, 1, 8)`` for the seasonal kernel, β integrated out;
 * **latent VFF**: the same features through ``spectral_gp`` (whitened inducing sites, β sampled, a
   ``dist.Normal`` likelihood): the model a user writes without the collapsed primitive;
 * **HSGP**: ``numpyro.contrib.hsgp``'s ``hsgp_matern`` (m = 79, L = 1.5 × the half span) for the trend;
   the seasonal part is the same 8-term Fourier series as the others' (``hsgp_periodic_non_centered``
-  computes that series too, but needs TensorFlow Probability for its Bessel functions), β sampled.
+  computes that series too, but needs TensorFlow Probability for its Bessel functions), β sampled;
+* **collapsed VFF, old rule**: the collapsed model on the size rule before issue 29 (``features``'s
+  ``old_rule``): a posterior the features can displace, for the refinement check to fail.
 
 Per row: each hyperparameter's posterior mean ± sd and its distance to the exact posterior
 (|mean − exact mean| / exact sd), leapfrog steps per draw, min bulk ESS, min bulk ESS per second of sampling
@@ -40,7 +42,8 @@ TRUTH = {"trend_ell": 2.0, "trend_var": 0.5, "season_var": 0.3, "noise": NOISE}
 HYPER = ("trend_ell", "trend_var", "season_var", "noise")
 PRIOR_MEDIAN = {"centre": 2.0, "tail": 2.0 * math.exp(0.5 * 2.326)}  # true ℓ at the centre / the 1% quantile
 TOLERANCE = 0.01 * NOISE**2 / TRUTH["trend_var"]  # from_data's advice: 0.01 σ_n²/σ_f²
-MODELS = ("exact", "collapsed VFF", "latent VFF", "HSGP")
+OLD_RULE = "collapsed VFF, old rule"
+MODELS = ("exact", "collapsed VFF", "latent VFF", "HSGP", OLD_RULE)
 HSGP_M, HSGP_C, SEASON_TERMS = 79, 1.5, 8
 
 
@@ -75,12 +78,17 @@ def _hyper(setting):
     return {k: numpyro.sample(k, p) for k, p in priors(setting).items()}
 
 
-def features(t, setting):
-    """(trend feature, seasonal feature): the size rule at the trend prior, 8 seasonal frequencies."""
+def features(t, setting, old_rule=False):
+    """(trend feature, seasonal feature): the size rule at the trend prior, 8 seasonal frequencies. With
+    ``old_rule``, the rule before issue 29 as a user would have called it (the default tolerance, ℓ_min and
+    ℓ_max the prior's 5%/95% quantiles, the margin 3ℓ_max uncapped): the features that displaced the
+    issue's posterior, which the refinement check must fail."""
     from ppl_sparsegp import FourierFeatures
 
-    return (FourierFeatures.from_data(t, priors(setting)["trend_ell"], nu=2.5, tolerance=TOLERANCE),
-            FourierFeatures(0.0, 1.0, SEASON_TERMS))
+    prior = priors(setting)["trend_ell"]
+    trend = (FourierFeatures.from_data(t, prior, nu=2.5, quantile=0.05, max_margin=math.inf) if old_rule
+             else FourierFeatures.from_data(t, prior, nu=2.5, tolerance=TOLERANCE))
+    return trend, FourierFeatures(0.0, 1.0, SEASON_TERMS)
 
 
 def models(t, H, setting):
@@ -102,11 +110,14 @@ def models(t, H, setting):
              + H @ H.T + h["noise"] ** 2 * jnp.eye(len(t)))
         numpyro.sample("y", dist.MultivariateNormal(jnp.zeros(len(t)), K), obs=y)
 
-    def collapsed(t, y):
+    def collapsed(t, y, trend=trend):
         h = _hyper(setting)
         marginal_spectral_gp("y", {"trend": (trend, Matern52(h["trend_var"], h["trend_ell"])),
                                    "season": (season, Periodic(h["season_var"], 1.0, 1.0))},
                              t, y, h["noise"], mean_basis=H, mean_prior=beta)
+
+    def old_rule(t, y):
+        collapsed(t, y, features(t, setting, old_rule=True)[0])
 
     def latent(t, y):
         h = _hyper(setting)
@@ -125,7 +136,7 @@ def models(t, H, setting):
         b = numpyro.sample("mean_weights", beta.to_event(1))
         numpyro.sample("y", dist.Normal(H @ b + f, h["noise"]), obs=y)
 
-    return {"exact": exact, "collapsed VFF": collapsed, "latent VFF": latent, "HSGP": hsgp}
+    return {"exact": exact, "collapsed VFF": collapsed, "latent VFF": latent, "HSGP": hsgp, OLD_RULE: old_rule}
 
 
 def fit(model, t, y, *, warmup, samples, seed=0):
@@ -157,10 +168,10 @@ def checks(name, model, mcmc, t, y, setting, quick):
     """The residual and refinement checks' verdicts for the library's models (None for the others)."""
     from ppl_sparsegp import Matern52, diagnostics
 
-    if name not in ("collapsed VFF", "latent VFF"):
+    if name not in ("collapsed VFF", "latent VFF", OLD_RULE):
         return {}
     samples = mcmc.get_samples()
-    trend, _ = features(t, setting)
+    trend, _ = features(t, setting, old_rule=name == OLD_RULE)
     residual = diagnostics.adequacy(trend, samples, t,
                                     kernel=lambda d: Matern52(d["trend_var"], d["trend_ell"]))
     n = 50 if quick else 100
