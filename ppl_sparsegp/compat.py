@@ -42,6 +42,21 @@ class SteinVIWithDivergence(SteinVI):
     loss, initialisation, temperatures, the optimiser) is SteinVI's. Checked with numpyro 0.22.0, where
     ``_kernel_grad`` is called once per particle pair by ``SteinVI._svgd_loss_and_grads``; importing
     this module fails if the method disappears (the override would otherwise be skipped silently).
+
+    The constructor is SteinVI's own, unchanged (see :class:`numpyro.contrib.einstein.SteinVI` for the
+    full description); this class adds no parameter. In short:
+
+    :param model: the NumPyro model (a callable with NumPyro primitives).
+    :param guide: its guide; the Stein particles are the guide's params (a point-mass guide gives SVGD).
+    :param optim: a NumPyro optimiser (from ``numpyro.optim``; SteinVI recommends Adagrad).
+    :param kernel_fn: the particle kernel, a ``numpyro.contrib.einstein.SteinKernel``.
+    :param num_stein_particles: the number of particles (mixture components); SteinVI's default 10.
+    :param num_elbo_particles: Monte Carlo draws for the attractive force's gradient; SteinVI's default 10.
+    :param loss_temperature: the factor of the attractive force; SteinVI's default 1.
+    :param repulsion_temperature: the factor of the repulsive force; SteinVI's default 1.
+    :param non_mixture_guide_params_fn: a predicate on guide param names: the params for which it is true
+        are not particles but shared by all of them (one value); SteinVI's default: none.
+    :param static_kwargs: keyword arguments of the model and the guide fixed for the whole run.
     """
 
     def kernel_divergence(self, kernel, x, y):
@@ -56,7 +71,15 @@ class SteinVIWithDivergence(SteinVI):
 def subsample_indices(size: int, subsample_size: int, rng_key):
     """The indices ``numpyro.plate(..., subsample_size=...)`` draws for one step (the benchmarks time
     this alone, as the part of an SVI step no model changes). NumPyro draws them in the private
-    ``numpyro.primitives._subsample_fn``; calling it keeps the timing identical to the plate's."""
+    ``numpyro.primitives._subsample_fn``; calling it keeps the timing identical to the plate's.
+
+    :param size: N, the plate's size (the indices are drawn from ``0 .. N - 1``).
+    :param subsample_size: B, the number of indices drawn (without replacement), at most N.
+    :param rng_key: a JAX PRNG key (the plate draws with the key of its ``numpyro.prng_key()``).
+    :returns: an int array (B,) of distinct indices, in random order (a partial Fisher–Yates shuffle on
+        the CPU, ``jax.random.choice`` without replacement on other backends).
+    :raises ValueError: when ``rng_key`` is None (NumPyro's message: subsampling needs a random key).
+    """
     from numpyro.primitives import _subsample_fn
 
     return _subsample_fn(size, subsample_size, rng_key)

@@ -27,6 +27,12 @@ class StructuredNormal(Distribution):
 
     :param loc: mean, shape (M,).
     :param cov: a :class:`~ppl_sparsegp.linalg.LinearOperator` of size M.
+    :param validate_args: NumPyro's ``validate_args`` of every
+        :class:`~numpyro.distributions.Distribution` (None: NumPyro's global setting, see
+        ``numpyro.enable_validation``); when on, NumPyro checks ``loc`` against ``arg_constraints`` (a real
+        vector) and the values given to ``log_prob`` against the support.
+    :raises TypeError: when ``cov`` is not a LinearOperator.
+    :raises ValueError: when the last axis of ``loc`` is not of size M.
     """
 
     arg_constraints = {"loc": constraints.real_vector}

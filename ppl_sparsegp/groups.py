@@ -60,6 +60,9 @@ def real_dft_weights(order: int) -> np.ndarray:
     r"""Real-paired DFT weights of one T-cyclic way, shape (⌊T/2⌋+1, T).
 
     :math:`w_t(s) = c_t\cos(2\pi t s/T)/T` with :math:`c_t = 1` for t = 0 or t = T/2, else 2 [1, §3.4].
+
+    :param order: T, the order of the way (converted with ``int``).
+    :returns: W, a float64 array (⌊T/2⌋+1, T): row t holds :math:`w_t(s)` for s = 0..T−1.
     """
     T = int(order)
     t = np.arange(T // 2 + 1)[:, None]
@@ -236,7 +239,15 @@ class Transformation(Group):
 
 @dataclass(frozen=True)
 class ProductGroup(Group):
-    """The product of commuting ways; ``ways`` is a tuple of :class:`Transformation`."""
+    """The product of commuting ways; ``ways`` is a tuple of :class:`Transformation`.
+
+    Usually built as ``a * b`` or by :func:`multi_negation` and the other builders. The ways are not checked
+    to commute here: :meth:`~Group.check` does that on a probe.
+
+    :param members: a tuple of :class:`Group` (single ways or products); products are flattened, so after
+        construction ``members`` (and ``ways``) holds the single ways, in multi-index order.
+    :raises ValueError: when a member is not a :class:`Group`, or there is no way at all.
+    """
 
     members: tuple
 
@@ -263,6 +274,9 @@ class Negation(Transformation):
     under coordinate-axis reflections.
 
     :param directions: None, a (D,) unit vector or a (D, k) array with orthonormal columns.
+    :param order: T, always 2 (a field so that every way has one; another value raises).
+    :raises ValueError: for ``order`` other than 2, or ``directions`` that are not orthonormal, finite,
+        (D,) or (D, k) with 1 <= k <= D.
     """
 
     directions: tuple | None = None
@@ -311,7 +325,13 @@ def multi_negation(directions) -> ProductGroup:
 
 
 def coordinate_negation(input_dim: int, axes) -> ProductGroup:
-    """J-way negation of the coordinate axes ``axes`` (ints): :math:`x_a \\mapsto -x_a` separately."""
+    """J-way negation of the coordinate axes ``axes`` (ints): :math:`x_a \\mapsto -x_a` separately.
+
+    :param input_dim: D, the input dimension (the directions are columns of the D × D identity).
+    :param axes: J distinct coordinate indices in ``0 .. D - 1``.
+    :returns: a :class:`ProductGroup` of J :class:`Negation` ways (:math:`2^J` sub-kernels).
+    :raises ValueError: for no axes, repeated axes or an axis outside ``0 .. D - 1``.
+    """
     axes = tuple(int(a) for a in axes)
     if not axes or len(set(axes)) != len(axes) or not all(0 <= a < input_dim for a in axes):
         raise ValueError(f"axes must be distinct ints in [0, {input_dim}), got {axes!r}")
@@ -321,8 +341,15 @@ def coordinate_negation(input_dim: int, axes) -> ProductGroup:
 def principal_axes_negation(X, num_ways: int, *, split: bool = False) -> ProductGroup:
     """J-way negation along the principal axes of the (centred) inputs X (N, D).
 
+    The principal directions are the eigenvectors of the sample covariance of X, by decreasing
+    eigenvalue, each with a deterministic sign (its entry of largest magnitude positive).
+
+    :param X: inputs (N, D).
+    :param num_ways: J, the number of ways, an int in ``1 .. D``.
     :param split: False: one way per leading principal direction (the J largest); True: all D directions,
         dealt round-robin into J subspaces (as the authors' code does for the regression benchmarks).
+    :returns: a :class:`ProductGroup` of J :class:`Negation` ways (:math:`2^J` sub-kernels).
+    :raises ValueError: for a ``num_ways`` outside ``1 .. D``, or X not of shape (N, D) with finite entries.
     """
     X = np.asarray(check_inputs(X, "X"), dtype=np.float64)
     D = X.shape[1]
@@ -456,6 +483,10 @@ class ImageShift(_Permutation):
     :param shape: (h, w) or (h, w, c).
     :param axis: 0 or 1.
     :param step: pixels per application (not a multiple of the axis length).
+    :param order: ignored: T is computed from ``shape``, ``axis`` and ``step`` as above (a field so that
+        every way has one).
+    :raises ValueError: for a bad ``shape``, an ``axis`` other than 0 or 1, or a ``step`` that is not an
+        int or is a multiple of the axis length.
     """
 
     shape: tuple

@@ -141,6 +141,13 @@ def log_gauss_hermite(log_fn, mean, var, num_points: int = 20):
               \Big(\log\frac{w_i}{\sqrt\pi} + \ell\big(m + \sqrt{2v}\,x_i\big)\Big)
 
     Same nodes as :func:`gauss_hermite`; ``log_fn`` follows the same shape convention.
+
+    :param log_fn: :math:`\ell`; receives ``f`` of shape ``(num_points, *batch)``, ``batch`` the broadcast
+        shape of ``mean`` and ``var``, and returns ``(num_points, *batch)`` (or with further trailing axes).
+    :param mean: :math:`m`, array.
+    :param var: :math:`v \ge 0`, array broadcastable with ``mean``.
+    :param num_points: :math:`n`, the number of Gauss–Hermite nodes (default 20).
+    :returns: array of the shape ``log_fn`` returns without its leading node axis (``batch``).
     """
     f, _, logw = _gh_nodes(mean, var, num_points)
     vals = log_fn(f)

@@ -103,7 +103,15 @@ def _kth_abs_difference(a, ks, num_iterations=64):
 def pairwise_median_sq(points):
     r"""Per-dimension median of :math:`(a_k - b_k)^2` over all ordered pairs of rows (self-pairs
     included), equal to ``jnp.median((P[:, None] - P[None]) ** 2, axis=(0, 1))`` but in
-    :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values."""
+    :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values.
+
+    The two middle order statistics of the :math:`n^2` absolute differences are found by 64 bisection
+    steps on pair counts; the median is the mean of their squares (as ``jnp.median`` for an even count).
+    It is the bandwidth heuristic of :class:`FrequencyRBFKernel` [2, §1.3].
+
+    :param points: P, an array (n, D) of n points (e.g. the pooled frequencies).
+    :returns: an array (D,), the median for each dimension.
+    """
     points = jnp.asarray(points)
     n = points.shape[0]
     ks = jnp.array([(n * n - 1) // 2, n * n // 2])
@@ -122,6 +130,14 @@ class FrequencyBlockMatrix:
     (the stock SteinVI path; tests only). With ``bandwidth`` h (the RBF base of
     :class:`FrequencyRBFKernel`) the block and the divergence are computed in closed form, by matrix
     products, instead of by R² calls of ``base`` and of its gradient.
+
+    :param base: the scalar kernel :math:`\kappa(\mathbf a, \mathbf b)` of two frequencies (D,); only
+        called when ``bandwidth`` is None (may be None otherwise).
+    :param x: the particle x, a flattened frequency matrix (R·D,) (reshaped to (R, D)).
+    :param y: the particle y, likewise (R·D,).
+    :param input_dim: D, the dimension of one frequency (x and y are reshaped to (-1, D)).
+    :param bandwidth: h (D,), the per-dimension bandwidth of the RBF base
+        :math:`\exp(-\sum_k(a_k-b_k)^2/(2h_k))`, for the closed form; None: call ``base``.
     """
 
     def __init__(self, base, x, y, input_dim, bandwidth=None):
@@ -207,7 +223,25 @@ class FrequencyRBFKernel(SteinKernel):
 
 class FrequencySteinVI(SteinVIWithDivergence):
     """:class:`numpyro.contrib.einstein.SteinVI` with the closed-form divergence of
-    :class:`FrequencyBlockMatrix` (module docstring: why); every other kernel goes to SteinVI."""
+    :class:`FrequencyBlockMatrix` (module docstring: why); every other kernel goes to SteinVI.
+
+    Used by :func:`fit_stein` with a :class:`FrequencyRBFKernel`, :class:`AdamW`, and a point-mass guide.
+
+    The constructor is SteinVI's own, unchanged (see :class:`numpyro.contrib.einstein.SteinVI` for the
+    full description); this class adds no parameter. In short:
+
+    :param model: the NumPyro model (a callable with NumPyro primitives).
+    :param guide: its guide; the Stein particles are the guide's params (a point-mass guide gives SVGD).
+    :param optim: a NumPyro optimiser (from ``numpyro.optim``; SteinVI recommends Adagrad).
+    :param kernel_fn: the particle kernel, a ``numpyro.contrib.einstein.SteinKernel``.
+    :param num_stein_particles: the number of particles (mixture components); SteinVI's default 10.
+    :param num_elbo_particles: Monte Carlo draws for the attractive force's gradient; SteinVI's default 10.
+    :param loss_temperature: the factor of the attractive force; SteinVI's default 1.
+    :param repulsion_temperature: the factor of the repulsive force; SteinVI's default 1.
+    :param non_mixture_guide_params_fn: a predicate on guide param names: the params for which it is true
+        are not particles but shared by all of them (one value); SteinVI's default: none.
+    :param static_kwargs: keyword arguments of the model and the guide fixed for the whole run.
+    """
 
     def kernel_divergence(self, kernel, x, y):
         K = kernel(x, y)
@@ -227,8 +261,11 @@ class AdamW(Adam):
     numpyro's own ``ClippedAdam`` overrides ``update``. The state is ``(step, (params, m, v))`` with
     params a dict by name.
 
-    :param step_size: η for every parameter, or a callable ``name -> η``.
-    :param weight_decay: λ.
+    :param step_size: η for every parameter, or a callable ``name -> η`` (by the param's name).
+    :param weight_decay: λ (default 0: plain Adam).
+    :param b1: the decay rate of the first-moment average m (default 0.9).
+    :param b2: the decay rate of the second-moment average v (default 0.999).
+    :param eps: ε, added to :math:`\sqrt{\hat v}` in the denominator (default 1e-8).
     """
 
     def __init__(self, step_size, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
@@ -262,7 +299,17 @@ class AdamW(Adam):
 
 
 def cyclical_annealing(t, num_steps: int, num_cycles: int = 5, power: float = 0.0):
-    r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [2, §1.3]; ``power=0`` gives γ ≡ 1."""
+    r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [2, §1.3]; ``power=0`` gives γ ≡ 1.
+
+    The loss temperature of SVGD's driving term: within each of the c cycles it rises from 0 to nearly 1
+    (for s > 0), so the particles first spread by repulsion, then follow the target.
+
+    :param t: the step, 0-based (an int or an array; may be traced).
+    :param num_steps: T, the number of steps of the run.
+    :param num_cycles: c, the number of cycles over the run (period T/c, not necessarily an integer).
+    :param power: s ≥ 0 (0: no annealing).
+    :returns: γ(t), a float array of the shape of ``t``: in [0, 1) for s > 0, 1 everywhere for ``power=0``.
+    """
     period = num_steps / num_cycles
     return jnp.power(jnp.mod(jnp.asarray(t, dtype=jnp.result_type(float)), period) / period, power)
 
@@ -303,16 +350,41 @@ def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, 
               annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 0.0,
               bandwidth_scale: float = 1.0, num_elbo_particles: int = 1, optim=None, **kwargs) -> SteinResult:
     r"""SVGD through SteinVI: point-mass particles at the guide param ``particle_param`` (every other
-    guide param is shared by the particles), :class:`FrequencyRBFKernel`, :class:`AdamW`, loss
-    temperature :math:`\gamma(t)/P` and repulsion temperature α (module docstring).
+    param, a model-level ``numpyro.param``, is shared by the particles), :class:`FrequencyRBFKernel`,
+    :class:`AdamW`, loss temperature :math:`\gamma(t)/P` and repulsion temperature α (module docstring),
+    run by :class:`FrequencySteinVI` for ``num_steps`` steps in one compiled ``lax.scan``.
 
     :param model: a NumPyro model (callable).
     :param guide: its guide; it must emit ``particle_param`` as the loc of a Delta site (e.g.
         :meth:`SparseSpectrumGP.particle_guide`) and initialise it from its rng key.
-    :param args: positional arguments of the model and the guide (``kwargs``: their keyword arguments).
+    :param rng_key: a JAX PRNG key; it is split and the first half initialises SteinVI (the guide draws
+        each particle's starting value from it).
+    :param args: positional arguments of the model and the guide.
+    :param kwargs: keyword arguments of the model and the guide (passed to every SteinVI step).
+    :param num_particles: P, the number of particles (a positive int).
+    :param num_steps: T, the number of SteinVI steps (a positive int); also the length of the annealing
+        schedule.
+    :param input_dim: D, the dimension of one frequency: a particle (``particle_param``, flattened) holds
+        R·D values, R frequencies (R = 1: the scalar kernel, plain SVGD; R > 1: :class:`FrequencyBlockMatrix`).
+    :param particle_param: the name of the guide's one param, whose values are the particles (e.g.
+        ``"feature_frequencies_map"``).
+    :param lr: the :class:`AdamW` step size of the particles.
+    :param lr_shared: its step size of the shared params (default ``lr``).
+    :param repulsion: α, SteinVI's ``repulsion_temperature``.
+    :param annealing_power: s, the power of the cyclical annealing of the loss temperature γ(t)
+        (:func:`cyclical_annealing`; default 0: γ = 1).
+    :param num_cycles: c, the annealing's number of cycles over the run.
+    :param weight_decay: λ of :class:`AdamW`.
+    :param bandwidth_scale: multiplies the median-heuristic bandwidth of :class:`FrequencyRBFKernel`.
     :param num_elbo_particles: draws for the shared parameters' gradient (each picks a random particle).
     :param optim: a NumPyro optimiser replacing the default :class:`AdamW` (``lr``, ``lr_shared``,
         ``weight_decay`` are then unused).
+    :returns: a :class:`SteinResult`: ``particles`` ``{site: (P, ...)}`` (the site's name is
+        ``particle_param`` without its ``_map`` / ``_auto_loc`` suffix), the shared params, SteinVI's
+        params, the Stein force norm per step, the SteinVI object and its final state.
+    :raises ValueError: for a ``num_particles`` or ``num_steps`` that is not a positive int, a non-positive
+        ``input_dim`` or ``bandwidth_scale``, a particle whose size is not a multiple of ``input_dim``, or a
+        guide with a param other than ``particle_param``.
     """
     for name, v in (("num_particles", num_particles), ("num_steps", num_steps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -463,7 +535,26 @@ def stein_frequencies(kernel, rng_key, num_frequencies: int, input_dim: int, *, 
     D = 16: 2.4); with scale D they reach the authors' published errors
     (``inference/benchmarks/srf_kernel_approx.py``, columns ``svgd`` and ``svgd_d``).
 
-    :returns: Ω (R, D), unit-lengthscale frequencies.
+    :param kernel: a stationary kernel (``SquaredExponential`` or ``Matern*``, instance or class); only its
+        family matters (the target is the unit-lengthscale spectral density,
+        :class:`~ppl_sparsegp.features.random_fourier.SpectralDensity`).
+    :param rng_key: a JAX PRNG key for the starting frequencies.
+    :param num_frequencies: R, the number of particles (frequencies), an int >= 2.
+    :param input_dim: D, the input dimension.
+    :param num_steps: SVGD steps (default 2000).
+    :param lr: the :class:`AdamW` step size (default 0.3).
+    :param annealing_power: s of the cyclical annealing γ(t) (:func:`cyclical_annealing`; default 0.5).
+    :param num_cycles: c, the annealing's number of cycles over the run (default 5).
+    :param bandwidth_scale: multiplies the median-heuristic bandwidth of :class:`FrequencyRBFKernel`
+        (default None: D, above).
+    :param weight_decay: λ of :class:`AdamW` (default 1e-4).
+    :param init: how the starting frequencies are drawn from the spectral density (see
+        :func:`~ppl_sparsegp.features.random_fourier.sample_frequencies`): ``"mc"`` (default), ``"qmc"``
+        (scrambled Halton) or ``"orf"`` (orthogonal random features).
+    :returns: Ω (R, D), unit-lengthscale frequencies (divide by the lengthscale for a kernel's).
+    :raises ValueError: for a ``num_frequencies`` that is not an int >= 2, a non-positive ``input_dim``, an
+        unknown ``init``, or a kernel that is not stationary.
+    :raises FloatingPointError: when SVGD diverges (non-finite particles; lower ``lr``).
     """
     if isinstance(num_frequencies, bool) or not isinstance(num_frequencies, (int, np.integer)) or num_frequencies < 2:
         raise ValueError(f"num_frequencies must be an int >= 2 (SVGD needs particles to repel), "

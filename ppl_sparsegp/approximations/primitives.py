@@ -56,9 +56,25 @@ __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
 
 
 def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None):
-    """Sample the inducing variables: site ``f"{name}_v"`` (whitened) or ``f"{name}_u"`` (centred).
+    r"""Sample the inducing variables: site ``f"{name}_v"`` (whitened) or ``f"{name}_u"`` (centred).
 
-    :returns: ``(value, Kmm)``.
+    Whitened, :math:`\mathbf v\sim\mathcal N(0, I_{M'})` (with :math:`\mathbf u = R\mathbf v`, R the square
+    root of Kuu); centred, :math:`\mathbf u\sim\mathcal N(0, K_{uu})` (module docstring). Both are a
+    :class:`~ppl_sparsegp.gaussian.StructuredNormal`, so the KL to a structured q stays analytic. The site
+    records ``(name, feature, nu)`` in its ``infer`` dict for
+    :func:`~ppl_sparsegp.diagnostics.refinement.refinement_check`.
+
+    :param name: prefix of the sample site: ``<name>_v`` (whitened) or ``<name>_u`` (centred).
+    :param feature: an :class:`~ppl_sparsegp.features.InducingFeature` (concrete, not a template).
+    :param kernel: a concrete kernel (its hyperparameters may be values sampled by the model); only used
+        to compute Kuu when ``Kmm`` is not given.
+    :param whiten: sample v ~ N(0, I) of size ``Kmm.sqrt_cols`` (default) or u ~ N(0, Kuu) of size
+        ``Kmm.size``.
+    :param Kmm: the feature's Kuu (a :class:`~ppl_sparsegp.linalg.LinearOperator`) if the caller already
+        has it; default ``Kuu(feature, kernel)``.
+    :returns: ``(value, Kmm)``: the sampled site value, shape (M',) (or the enclosing plates' batch shape
+        followed by M'), and the Kuu operator used.
+    :raises NotImplementedError: when the feature family registers no Kuu for the kernel.
     """
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     dtype = Kmm.dtype
@@ -230,10 +246,23 @@ def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="au
     :mod:`~ppl_sparsegp.approximations.variational`) with params ``<site>_loc`` etc., initialised at the
     prior. Under ``TraceMeanField_ELBO`` the KL to :func:`spectral_gp`'s prior is analytic.
 
+    :param name: the name given to :func:`inducing_prior` / :func:`spectral_gp` in the model: the site is
+        ``<name>_v`` (whitened) or ``<name>_u`` (centred), and the params are named after the site
+        (``<site>_loc``, ``<site>_scale_tril``, ... as the family defines them).
     :param feature: the same feature as in the model (concrete).
     :param kernel: a concrete kernel (in a guide: point values of the hyperparameters, e.g. from
         ``numpyro.param``; only Kuu's structure and, centred, its value are used).
-    :returns: the sampled value of the site (v whitened, u centred).
+    :param whiten: as in the model: q over v, of size ``Kmm.sqrt_cols`` (default), or over u, of size
+        ``Kmm.size``.
+    :param q_cov: the covariance family of q (see
+        :func:`~ppl_sparsegp.approximations.variational.resolve_q_family`): ``"auto"`` (chosen from Kuu's
+        structure), ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"``, or a callable
+        ``(site, dim, Kmm, whiten) -> (loc, covariance operator)``.
+    :param Kmm: Kuu (a :class:`~ppl_sparsegp.linalg.LinearOperator`) if the caller already has it; default
+        ``Kuu(feature, kernel)``.
+    :returns: the sampled value of the site (v whitened, u centred), shape (M',).
+    :raises ValueError: for a ``q_cov`` string that names no family.
+    :raises NotImplementedError: when the feature family registers no Kuu for the kernel.
     """
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     site = f"{name}_v" if whiten else f"{name}_u"

@@ -187,10 +187,20 @@ class SparseSpectrumGP(GPModel):
         event shape (R, D) (latent site ``feature_frequencies``), or None for the kernel's spectral
         density :class:`~ppl_sparsegp.features.random_fourier.SpectralDensity` (then give
         ``num_frequencies`` and ``input_dim``).
+    :param num_frequencies: R, the number of frequencies of the spectral-density prior; used only when
+        ``frequencies`` is None.
+    :param input_dim: D, the input dimension of that prior; used only when ``frequencies`` is None.
     :param init: how the point/particle guide initialises latent frequencies: ``"qmc"`` (scrambled
         Halton, the authors' choice), ``"mc"`` or ``"orf"``, from the kernel family's spectral density
         (each Stein particle gets its own key). Initialising at the prior mean would make every
         frequency equal, and the likelihood's symmetry would keep them equal.
+    :param name: name of the latent function, kept as ``self.name`` as by every
+        :class:`~ppl_sparsegp.approximations.base.GPModel` (default ``"f"``); no site carries it, since the
+        weights are integrated out and the observed site is ``y``.
+    :raises ValueError: when ``frequencies`` is None and ``num_frequencies`` or ``input_dim`` is missing,
+        for an unknown ``init``, or for a likelihood that is not Gaussian.
+    :raises TypeError: for a kernel or likelihood that is not one (as every
+        :class:`~ppl_sparsegp.approximations.base.GPModel`).
     """
 
     def __init__(self, kernel, likelihood=None, mean=0.0, *, frequencies=None, num_frequencies=None,

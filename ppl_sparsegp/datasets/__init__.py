@@ -177,8 +177,13 @@ def load_srf(name: str, *, root=None, return_names: bool = False):
     dropped.
 
     :param name: ``"airfoil"``, ``"concrete"``, ``"energy"`` or ``"wine"`` (see :func:`srf_names`).
+    :param root: the data directory holding ``srf/`` (default: :func:`data_dir`'s: ``PPL_SPARSEGP_DATA`` or
+        ``../shared/data``).
     :param return_names: also return the feature names and the target name.
-    :returns: ``(X, y)`` (or ``(X, y, feature_names, target_name)``).
+    :returns: ``(X, y)``: float64 inputs (N, D) and targets (N,), as stored (or ``(X, y, feature_names,
+        target_name)``, the names from the header row: a list of D strings and a string).
+    :raises FileNotFoundError: when the data directory does not exist.
+    :raises ValueError: for a name with no ``srf/<name>.csv`` (the message lists the available ones).
     """
     path = data_dir(root) / "srf" / f"{name}.csv"
     if not path.is_file():

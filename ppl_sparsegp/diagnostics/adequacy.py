@@ -35,11 +35,19 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     :param X: the training inputs (an array or a Grid).
     :param kernel: for a feature: a callable ``draw -> kernel``, or the kernel template given to
         ``spectral_gp`` (its sites are ``<name>_kernel_<field>``), or a concrete kernel.
+    :param name: for a feature with a kernel template: the ``name`` given to ``spectral_gp`` (default
+        ``"f"``), the prefix of the kernel's sites ``<name>_kernel_<field>`` read from each draw.
     :param tolerance: the check fails when the median of :math:`r_s` exceeds it (the typical draw: the
         tail of short lengthscales is reported as the 95% quantile; on the pines LGCP the median is 2.5%
         and the 95% quantile 13% with the posterior within 0.11 sd of the exact GP's).
-    :returns: dict with ``residual_fraction`` (draws,), ``median``, ``q95``, ``ok`` and ``message`` (the
-        fix when it fails: "increase num_frequencies to …", "widen the box to …", "add inducing points").
+    :param max_draws: at most this many draws, evenly spaced over the S given (default 500; None: all of
+        them); each draw costs one Kuu and one Kuf at every input. When the hyperparameters are equal in
+        every draw (point estimates) one draw is computed and repeated.
+    :returns: dict with ``residual_fraction`` (draws,), one value per draw used (min(S, ``max_draws``)),
+        ``median``, ``q95``, ``ok`` and ``message`` (the fix when it fails: "increase num_frequencies to
+        …", "widen the box to …", "add inducing points").
+    :raises ValueError: for a ``tolerance`` outside (0, 1), empty ``samples``, or a feature without
+        ``kernel``.
     """
     from ..approximations.base import GPModel
     from ..conditionals import conditional

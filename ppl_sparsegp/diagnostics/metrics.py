@@ -72,7 +72,12 @@ def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0) -> dict:
 
 
 def categorical_nlpd(y, probs) -> float:
-    r"""Mean negative log predictive probability of the labels, :math:`-\frac1N\sum_n\log p_{n,y_n}`
-    (``probs``: (N, C); probabilities clipped at 1e-300)."""
+    r"""Mean negative log predictive probability of the labels, :math:`-\frac1N\sum_n\log p_{n,y_n}`.
+
+    :param y: integer class labels (N,), each in ``0 .. C - 1`` (used as indices into the rows of ``probs``).
+    :param probs: predictive class probabilities (N, C); clipped at 1e-300 before the log.
+    :returns: a float (nats per point).
+    :raises IndexError: for labels that are not integers, or are C or more (NumPy's indexing error; a
+        negative label is not caught: it indexes from the last class)."""
     p, y = np.asarray(probs), np.asarray(y)
     return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))))
