@@ -88,6 +88,9 @@ def test_mixture_and_categorical_nlpd_against_direct_formulas(predictions):
     assert mixture_nlpd(y, means[0], variances[0]) == pytest.approx(nlpd(y, means[0], variances[0]), rel=1e-13)
     probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
     assert categorical_nlpd([0, 1], probs) == pytest.approx(-(np.log(0.7) + np.log(0.1)) / 2, rel=1e-14)
+    for bad in ([0, -1], [0, 3], [0.0, 1.0], [0]):  # a negative label would index from the last class
+        with pytest.raises(ValueError, match="class labels|one row per label"):
+            categorical_nlpd(bad, probs)
 
 
 def test_lgcp_1d_distances_to_the_exact_or_to_hsgp():

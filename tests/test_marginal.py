@@ -234,8 +234,9 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     site = "f_kernel_lengthscale"  # the importance weights and the refit each see the move
     assert (bad["k_hat"] > 0.7 or bad["shift_is"][site] > 0.5) and bad["shift_refit"][site] > 0.5
     assert "from_data(x, lengthscale=" in bad["message"]  # the fix, from the refit's lengthscales
-    resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), False)
+    resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), None)
     ells, ref = np.asarray(draws["f_kernel_lengthscale"]), np.asarray(resolved["f_kernel_lengthscale"])
     assert abs(ells.mean() - ref.mean()) > ref.std()  # the coarse features displaced the posterior
     assert good["ok"], good["message"]
     assert good["k_hat"] <= 0.7 and good["shift_is"]["f_kernel_lengthscale"] < 0.5
+    assert good["shift_refit"] == {}  # k̂ ≤ 0.7: the weights decide, no refit by default

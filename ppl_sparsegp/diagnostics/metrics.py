@@ -77,7 +77,11 @@ def categorical_nlpd(y, probs) -> float:
     :param y: integer class labels (N,), each in ``0 .. C - 1`` (used as indices into the rows of ``probs``).
     :param probs: predictive class probabilities (N, C); clipped at 1e-300 before the log.
     :returns: a float (nats per point).
-    :raises IndexError: for labels that are not integers, or are C or more (NumPy's indexing error; a
-        negative label is not caught: it indexes from the last class)."""
+    :raises ValueError: for probs that are not (N, C) with one row per label, or labels that are not integers
+        in ``0 .. C - 1``."""
     p, y = np.asarray(probs), np.asarray(y)
+    if p.ndim != 2 or y.shape != (p.shape[0],):
+        raise ValueError(f"probs must be (N, C) with one row per label, got probs {p.shape} and y {y.shape}")
+    if not (np.issubdtype(y.dtype, np.integer) and np.all((y >= 0) & (y < p.shape[1]))):
+        raise ValueError(f"y must be integer class labels in 0 .. {p.shape[1] - 1} (one per row of probs)")
     return float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-300, None))))
