@@ -13,8 +13,8 @@ posterior moves.
   by PSIS [1]; its Pareto :math:`\hat k > 0.7` says the draws cannot reach the refined posterior's mass,
   and below it the weighted moments give the shift of every hyperparameter's mean in the refined
   posterior's sd (as a distance to the exact GP is measured in the exact posterior's sd).
-* **A short warm-started refit** (always available, the proxy for latent models whose inducing sites
-  change size with the features): NUTS on the refined model from the posterior medians, and the distance
+* **A short warm-started refit** (the proxy for latent models whose inducing sites change size with the
+  features; by default run only where the weights cannot decide: latent models and k̂ > 0.7): NUTS on the refined model from the posterior medians, and the distance
   of its posterior means from the fit's, in the refit's posterior sd, judged net of its Monte Carlo
   error: :math:`\max(0, |\Delta| / \mathrm{sd} - 2\sqrt{1/\mathrm{ESS}_{\text{refit}} + 1/\mathrm{ESS}_{\text{fit}}})`
   (a 100 + 100 refit of an unchanged posterior moved a heavy-tailed variance by 0.64 sd, measured; the
