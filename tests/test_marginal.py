@@ -133,8 +133,10 @@ def test_outputs_in_a_plate_are_independent_with_shared_hyperparameters():
     np.testing.assert_allclose(both, [float(one(Y[0])), float(one(Y[1]))], rtol=1e-10)
 
 
-def test_statistics_path_has_no_data_sized_array_per_gradient():
+def test_statistics_path_has_no_data_sized_array_per_gradient(monkeypatch):
     n = 2003  # a size no feature count has
+    # past the cap on a Kuf embedded in a program (as N = 100 000 is): the statistics path must still hold
+    monkeypatch.setattr("ppl_sparsegp.features.base.CONSTANT_KUF_MAX", 1000)
     xs = np.linspace(0.0, 3.0, n)
 
     def model(ys):  # two GPs and a linear mean, as in a user's model (the mean's basis is data too)

@@ -39,6 +39,7 @@ References:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
@@ -396,7 +397,11 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         kernel = instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel
         Xg = feature.check_inputs(X)
         Kmm = Kuu(feature, kernel)
-        scale, basis = kuf_basis(feature, kernel, Xg)
+        # concrete data: evaluate the basis now at any size (past constant_kuf's cap, which bounds a Kuf
+        # embedded in the program): only the statistics enter the per-gradient program (measured at
+        # N = 100 003, M' = 404: 7.8 s per gradient with the basis in the program, 30 ms without)
+        with jax.ensure_compile_time_eval() if is_concrete(Xg) else contextlib.nullcontext():
+            scale, basis = kuf_basis(feature, kernel, Xg)
         parts.append(_Part(Kmm, scale, basis))
         gp_models.append((gp_name, feature, kernel, Kmm))
     H = beta_bar = None
