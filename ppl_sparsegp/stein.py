@@ -227,20 +227,10 @@ class FrequencySteinVI(SteinVIWithDivergence):
 
     Used by :func:`fit_stein` with a :class:`FrequencyRBFKernel`, :class:`AdamW`, and a point-mass guide.
 
-    The constructor is SteinVI's own, unchanged (see :class:`numpyro.contrib.einstein.SteinVI` for the
-    full description); this class adds no parameter. In short:
-
-    :param model: the NumPyro model (a callable with NumPyro primitives).
-    :param guide: its guide; the Stein particles are the guide's params (a point-mass guide gives SVGD).
-    :param optim: a NumPyro optimiser (from ``numpyro.optim``; SteinVI recommends Adagrad).
-    :param kernel_fn: the particle kernel, a ``numpyro.contrib.einstein.SteinKernel``.
-    :param num_stein_particles: the number of particles (mixture components); SteinVI's default 10.
-    :param num_elbo_particles: Monte Carlo draws for the attractive force's gradient; SteinVI's default 10.
-    :param loss_temperature: the factor of the attractive force; SteinVI's default 1.
-    :param repulsion_temperature: the factor of the repulsive force; SteinVI's default 1.
-    :param non_mixture_guide_params_fn: a predicate on guide param names: the params for which it is true
-        are not particles but shared by all of them (one value); SteinVI's default: none.
-    :param static_kwargs: keyword arguments of the model and the guide fixed for the whole run.
+    The constructor is SteinVI's own, unchanged, and adds no parameter: its parameters (model, guide,
+    optim, kernel_fn, num_stein_particles, num_elbo_particles, loss_temperature, repulsion_temperature,
+    non_mixture_guide_params_fn, static_kwargs) are listed on
+    :class:`~ppl_sparsegp.compat.SteinVIWithDivergence` and :class:`numpyro.contrib.einstein.SteinVI`.
     """
 
     def kernel_divergence(self, kernel, x, y):
