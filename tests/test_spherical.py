@@ -361,6 +361,11 @@ def test_one_pass_statistics_equal_the_dense_ones_and_give_the_same_bound():
     np.testing.assert_allclose(float(via_stats), float(direct), rtol=1e-9)
     with pytest.raises(ValueError, match="bias"):
         spherical_statistics(f, ChordalMatern(1.5, 1.0, 1.5, dist.LogNormal(0, 1)), np.asarray(X), np.asarray(y))
+    # statistics computed for one mapping cannot serve a model that samples the mapping
+    for free in ({"lengthscale": dist.LogNormal(0, 1)}, {"bias": dist.LogNormal(0, 1)}):
+        with pytest.raises(ValueError, match=f"kernel's {next(iter(free))} fixed"):
+            psg.CollapsedGP(f, ChordalMatern(1.5, **{"lengthscale": 1.5, "bias": 1.0, **free}), Gaussian(0.05),
+                            statistics=stats)
 
 
 def test_from_data_is_the_fewest_degrees_within_the_tolerance():

@@ -272,6 +272,11 @@ class CollapsedGP(GPModel):
         if free_leaves(self.feature):
             raise ValueError("precomputed statistics need a feature without free parameters (Kuf must not "
                              "depend on anything optimised or sampled)")
+        free = [f for f in getattr(self.feature, "kuf_kernel_fields", ()) if free_leaves(getattr(self.kernel, f, None))]
+        if free:
+            raise ValueError(f"precomputed statistics need the kernel's {', '.join(free)} fixed: "
+                             f"{type(self.feature).__name__}'s Kuf depends on them, and they have a prior or are a "
+                             "parameter; give them values, or fit from (X, y) without statistics=")
         M = self.feature.num_features
         if statistics.num_features != M or (statistics.A is not None and jnp.shape(statistics.A) != (M, M)):
             raise ValueError(f"statistics are for {statistics.num_features} features, the feature has {M}")

@@ -82,6 +82,11 @@ def current_feature(feature):
 class InducingFeature(Module):
     """Base class of inducing features (inter-domain or inducing points)."""
 
+    #: The kernel's fields that the family's Kuf depends on beyond the feature itself (spherical
+    #: harmonics: the input mapping's ``lengthscale`` and ``bias``). Precomputed statistics are refused
+    #: while any of them is free (a prior or a parameter), since the statistics would be for one value.
+    kuf_kernel_fields: tuple = ()
+
     def refined(self) -> "InducingFeature":
         """A finer feature of the same family (the refinement check's alternative): VFF doubles its
         highest frequency on the same box. Families without a rule raise ``NotImplementedError``."""

@@ -287,6 +287,8 @@ class SphericalHarmonicFeatures(InducingFeature):
     ``num_features`` = Σ N(d, n) over the kept degrees; e.g. input_dim = 8, L = 4: 1 + 9 + 44 + 156 + 450 = 660.
     """
 
+    kuf_kernel_fields = ("lengthscale", "bias")  # the input mapping x -> [x / s, b] / r
+
     _static = ("input_dim", "degrees", "data_box")
 
     @classmethod
