@@ -28,9 +28,10 @@ A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated
 
 Per row: each hyperparameter's posterior mean ± sd and its distance to the exact posterior
 (|mean − exact mean| / exact sd), leapfrog steps per draw, min bulk ESS, min bulk ESS per second of sampling
-(the fit's wall less its compilation, which is reported apart; the JSON also keeps ESS per wall second) and the verdicts of the residual check (``adequacy``) and the refinement
-check (``refinement_check``: importance weights and a 100 + 100 warm-started refit under the
-refined features). Also the collapsed model's ms per gradient at N = 500 and at
+(the fit's wall less its compilation, which is reported apart; the JSON also keeps ESS per wall second)
+and the verdicts of the residual check (``adequacy``) and the refinement
+check (``refinement_check``: importance weights under the refined features, and a 100 + 100
+warm-started refit where they cannot decide: the latent models, k̂ > 0.7). Also the collapsed model's ms per gradient at N = 500 and at
 N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
 """
 from __future__ import annotations
@@ -263,7 +264,8 @@ def main(argv=None):
                 rows.append(r)
     print(harness.table(rows, COLUMNS))
     costs = {setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
-    print("\ncollapsed VFF, ms per gradient by N:", {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
+    print("\ncollapsed VFF, ms per gradient by N:",
+          {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
     ratios = {}
     for setting in args.settings:
         by = {r["name"]: r for r in rows if r["setting"] == setting}

@@ -125,7 +125,7 @@ class MarginalGaussian(Distribution):
     # --- the distribution ---------------------------------------------------------------------------
     @property
     def loc(self):
-        """The mean :math:`H\bar{\boldsymbol\beta}` (N,) (0 without a parametric mean); formed only where
+        r"""The mean :math:`H\bar{\boldsymbol\beta}` (N,) (0 without a parametric mean); formed only where
         used, so the statistics path's programs hold nothing of size N."""
         if self.beta_bar is None:
             return 0.0
@@ -227,7 +227,8 @@ def _precision_log_prob(parts, stats, beta_bar, s2):
     so that :math:`\sum_j Q^{(j)}_{ff} + H\Sigma_\beta H^\top = \Psi P^{-1}\Psi^\top`) and
     :math:`S = P + \Psi^\top\Psi/\sigma^2`, Woodbury and the determinant lemma give
     :math:`\log|C| = N\log\sigma^2 + \log|S| - \log|P|` and
-    :math:`\mathbf r^\top C^{-1}\mathbf r = \mathbf r^\top\mathbf r/\sigma^2 - \|L_S^{-1}\Psi^\top\mathbf r\|^2/\sigma^4`.
+    :math:`\mathbf r^\top C^{-1}\mathbf r = \mathbf r^\top\mathbf r/\sigma^2
+    - \|L_S^{-1}\Psi^\top\mathbf r\|^2/\sigma^4`.
     S is formed from the stored :math:`\Psi^\top\Psi` and each block's (structured) Kuu in O(M²) and
     factorised once after a Jacobi scaling (:math:`D^{-1/2}SD^{-1/2}`, D = diag S, which takes the
     spectral features' growing :math:`1/S(\omega)` scales out of the condition number); log|P| comes from

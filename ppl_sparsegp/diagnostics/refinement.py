@@ -14,8 +14,9 @@ posterior moves.
   and below it the weighted moments give the shift of every hyperparameter's mean in the refined
   posterior's sd (as a distance to the exact GP is measured in the exact posterior's sd).
 * **A short warm-started refit** (the proxy for latent models whose inducing sites change size with the
-  features; by default run only where the weights cannot decide: latent models and k̂ > 0.7): NUTS on the refined model from the posterior medians, and the distance
-  of its posterior means from the fit's, in the refit's posterior sd, judged net of its Monte Carlo
+  features; by default run only where the weights cannot decide: latent models and k̂ > 0.7): NUTS on
+  the refined model from the posterior medians, and the distance of its posterior means from the fit's,
+  in the refit's posterior sd, judged net of its Monte Carlo
   error: :math:`\max(0, |\Delta| / \mathrm{sd} - 2\sqrt{1/\mathrm{ESS}_{\text{refit}} + 1/\mathrm{ESS}_{\text{fit}}})`
   (a 100 + 100 refit of an unchanged posterior moved a heavy-tailed variance by 0.64 sd, measured; the
   raw distance is reported too).
@@ -42,6 +43,8 @@ from ._arviz import az
 from .prediction import _thin, posterior_samples
 
 __all__ = ["refinement_check"]
+
+_K_HAT_MAX = 0.7  # PSIS's threshold: above it the draws cannot reach the refined posterior's mass
 
 #: hyperparameters: latent sites with at most this many values per draw (inducing sites are larger)
 MAX_HYPER_SIZE = 16
@@ -153,19 +156,20 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
     if refit is False and result["k_hat"] is None:
         raise ValueError("refinement_check(refit=False) on a model whose inducing variables are sampled: importance "
                          "weights need marginal_spectral_gp; let the check refit (refit=None or True)")
-    if refit or (refit is None and (result["k_hat"] is None or result["k_hat"] > 0.7)):
+    if refit or (refit is None and (result["k_hat"] is None or result["k_hat"] > _K_HAT_MAX)):
         init = {n: jnp.median(flat[n], axis=0) for n in hyper}
         mcmc = MCMC(NUTS(model, init_strategy=init_to_value(values=init)), num_warmup=num_warmup,
                     num_samples=num_samples, num_chains=1, progress_bar=False)
         with refined_features(times):
             mcmc.run(jax.random.PRNGKey(0) if rng_key is None else rng_key, *args, **kwargs)
-        again = _moments(mcmc.get_samples(), hyper)
+        refit_draws = mcmc.get_samples()
+        again = _moments(refit_draws, hyper)
         result["shift_refit_raw"] = _shifts(moments, again, again)
-        se = {n: float(np.sqrt(1.0 / _ess(mcmc.get_samples()[n]) + 1.0 / _ess(flat[n]))) for n in hyper}
+        se = {n: float(np.sqrt(1.0 / _ess(refit_draws[n]) + 1.0 / _ess(flat[n]))) for n in hyper}
         result["mcse_refit"] = se
         result["shift_refit"] = {n: max(0.0, d - 2.0 * se[n]) for n, d in result["shift_refit_raw"].items()}
         result["refit_mean"] = {n: again[n][0].tolist() for n in hyper}
-        result["refit_q05"] = {n: np.quantile(np.asarray(mcmc.get_samples()[n]).reshape(num_samples, -1), 0.05,
+        result["refit_q05"] = {n: np.quantile(np.asarray(refit_draws[n]).reshape(num_samples, -1), 0.05,
                                               axis=0).tolist() for n in hyper}
     result["ok"], result["message"] = _verdict(result, moments, threshold, gps)
     return result
@@ -198,7 +202,7 @@ def _describe(gps, refined) -> list:
 def _verdict(result, moments, threshold, gps):
     k_hat, shifts = result["k_hat"], {**result["shift_is"], **result["shift_refit"]}
     worst = max(shifts, key=shifts.get) if shifts else None
-    bad_k = k_hat is not None and k_hat > 0.7
+    bad_k = k_hat is not None and k_hat > _K_HAT_MAX
     bad_shift = worst is not None and shifts[worst] > threshold
     parts = []
     if k_hat is not None:
