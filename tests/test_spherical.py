@@ -354,6 +354,14 @@ def test_one_pass_statistics_equal_the_dense_ones_and_give_the_same_bound():
     ref = psg.SufficientStatistics.from_kuf(psg.Kuf(f, concrete, X), y)
     for got, want in zip(stats[:6], ref[:6]):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-9)
+    # order p = 1 (Kuf scaled by r^p) and a dropped degree (ArcCosine(1) has a_3 = 0): the per-degree L_n⁻¹ is
+    # applied to the chunk sums, not per row, so the degrees' bookkeeping is checked here too
+    arc = ArcCosine(1, dist.LogNormal(0, 1), 1.5, 1.0)
+    f_arc = SphericalHarmonicFeatures(3, 4, kernel=arc)
+    got = spherical_statistics(f_arc, arc, np.asarray(X), np.asarray(y), chunk_size=300)
+    ref = psg.SufficientStatistics.from_kuf(psg.Kuf(f_arc, ArcCosine(1, 1.0, 1.5, 1.0), X), y)
+    for g, w in zip(got[:6], ref[:6]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-9)
     gp = psg.CollapsedGP(f, ChordalMatern(1.5, 0.7, 1.5, 1.0, 0.6), Gaussian(0.05), statistics=stats)
     from numpyro.infer.util import log_density
     via_stats = log_density(gp.model, (), {}, {})[0]
