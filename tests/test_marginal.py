@@ -69,6 +69,35 @@ def test_density_is_the_dense_gaussian_integral_of_the_latent_model_on_both_path
     np.testing.assert_allclose(float(traced), ref, rtol=1e-10)
 
 
+def test_logdet_and_quadratic_rule_against_autodiff_through_the_factor():
+    # the rule's every term (dS in log|S| and in the quadratic form, dB), reverse and forward over reverse,
+    # against differentiating jnp.linalg.cholesky; S's diagonal spans 1e6 as VFF's Kuu does
+    from ppl_sparsegp.approximations.marginal import _logdet_and_quadratic
+
+    rng = np.random.default_rng(3)
+    m = 12
+    A = rng.normal(size=(m, m))
+    S0, S1 = A @ A.T / m + np.diag(np.logspace(0, 6, m)), np.diag(rng.uniform(0.5, 1.5, m))
+    B0, B1 = rng.normal(size=(m, 2)), rng.normal(size=(m, 2))
+
+    def through(rule):
+        def f(t):
+            S = S0 + t[0] * S1 + t[1] * np.outer(B1[:, 0], B1[:, 0])
+            ld, q = rule(S, B0 + t[2] * B1)
+            return ld + q @ jnp.array([1.0, -0.7])
+        return f
+
+    def reference(S, B):
+        L = jnp.linalg.cholesky(S)
+        E = jax.scipy.linalg.solve_triangular(L, B, lower=True)
+        return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L))), jnp.sum(E * E, axis=0)
+
+    t = jnp.array([0.3, 0.2, -0.4])
+    for op in (lambda f: f, jax.grad, jax.hessian):
+        np.testing.assert_allclose(np.asarray(jax.jit(op(through(_logdet_and_quadratic)))(t)),
+                                   np.asarray(jax.jit(op(through(reference)))(t)), rtol=1e-8, atol=1e-10)
+
+
 def test_spanning_features_give_the_exact_gp_log_marginal_likelihood():
     X = jnp.asarray(x)[:, None]
     kernel = psg.Matern32(0.8, 0.4)
