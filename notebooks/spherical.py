@@ -121,3 +121,25 @@ ax[2].set_xlabel("max degree L")
 ax[2].legend()
 fig.tight_layout()
 fig.savefig(os.path.join(OUT, "spherical.png"), dpi=80)
+
+# %% [markdown]
+# **Many rows: minibatch SVI with a mean-field q(u).** Because Kuu is diagonal, a mean-field q(u)
+# (`q_cov="diag"`) leaves nothing quadratic in M: a step costs O(N_b M) for a minibatch of N_b rows. On
+# kin8nm (8 inputs, M = 660) that is 0.08× the time per epoch of inducing points at the same M, at the
+# same test NLPD (the documentation's Benchmarks page, "Spherical harmonic features"). With
+# Gaussian data and millions of rows, `CollapsedGP` on `spherical_statistics` (one pass over the data
+# with the map's scales and bias fixed) is the other route. Here the same model by minibatch SVI; on 150
+# rows it is only a demonstration: minibatches converge more slowly than the collapsed bound (at full size
+# a grid RMSE to the truth of 0.22 against the collapsed fit's 0.17) and pay off when N is far larger.
+
+# %%
+from numpyro.infer import TraceMeanField_ELBO  # noqa: E402
+
+svgp = psg.SparseGP(feature, prior, psg.Gaussian(variance=dist.LogNormal(-3.0, 1.0)), q_cov="diag")
+svi_mb = SVI(svgp.model, svgp.guide, numpyro.optim.Adam(0.02), TraceMeanField_ELBO())
+fit_mb = svi_mb.run(jax.random.PRNGKey(1), 400 if QUICK else 4000, X, y, batch_size=64, progress_bar=False)
+pred_mb = svgp.predict(Xs, params=fit_mb.params)
+f_true = truth(np.asarray(Xs))
+rms = lambda f: float(jnp.sqrt(jnp.mean((f - f_true) ** 2)))  # noqa: E731
+print(f"RMSE to the truth on the grid: mean-field SVGP {rms(pred_mb['f_mean']):.3f}, "
+      f"collapsed fit {rms(pred['f_mean']):.3f}")
