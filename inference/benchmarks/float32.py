@@ -33,7 +33,9 @@ float32 regime of ``tests/test_collapsed.py``) and σ_f² = 1: x ~ U(0, 1), y = 
 1-D families on an interval (inducing points, VFF on the box [−0.5, 1.5], random Fourier features);
 x ~ N(0, 1), y = sin(2 x) + noise for Hermite and trigonometric VOF; x ~ N(0, I₂),
 y = cos x₁ + x₂ + noise for the harmonic features; x ~ U(0, 1)², y = sin 6x₁ + x₂² + noise for
-Kronecker VFF.
+Kronecker VFF; x ~ U(−1, 1)^D, y = sin(2x₁)x₂ + x_D + noise for spherical harmonic features on S² (D = 2,
+``spherical-d3``) and S⁴ (D = 4, ``spherical-d5``), with ChordalMatern(3/2) (chordal ℓ = 0.3, 1) and
+ArcCosine(1), M being the maximum degree there.
 
 The summary table gives, per family and setting, the largest M at which each approximation holds (of the
 M swept, all of them tried), the first M at which it fails, the errors there, and what the failure looks
@@ -70,6 +72,11 @@ FULL = {
                           for ell in (0.5, 2.0, 5.0)],
     "periodic-vff": [(f"ell={ell}", {"ell": ell}, [5, 10, 20, 40, 80]) for ell in (0.5, 1.0, 2.0)],
     "random-fourier": [(f"ell={ell}", {"ell": ell}, [25, 100, 400, 1600]) for ell in (0.05, 0.2, 1.0, 5.0)],
+    # spherical harmonic features: M is the maximum degree (features: every degree up to it)
+    "spherical-d3": [(f"chordal ell={ell}", {"ell": ell, "kernel": "chordal"}, [2, 4, 8, 16, 24])
+                     for ell in (0.3, 1.0)] + [("arccos1", {"ell": 1.0, "kernel": "arccos1"}, [2, 4, 8, 16, 24])],
+    "spherical-d5": [(f"chordal ell={ell}", {"ell": ell, "kernel": "chordal"}, [2, 4, 6, 8])
+                     for ell in (0.3, 1.0)] + [("arccos1", {"ell": 1.0, "kernel": "arccos1"}, [2, 4, 6, 8])],
 }
 QUICK = {
     "vff": [("nu=1.5 ell=0.2", {"nu": 1.5, "ell": 0.2}, [8, 64])],
@@ -77,6 +84,7 @@ QUICK = {
     "hermite": [("ell=1.0", {"ell": 1.0}, [20])],
     "harmonic-negation": [("ell=2.0", {"ell": 2.0, "group": "negation"}, [10])],
     "random-fourier": [("ell=0.2", {"ell": 0.2}, [50])],
+    "spherical-d3": [("chordal ell=1.0", {"ell": 1.0, "kernel": "chordal"}, [4])],
 }
 
 
@@ -90,6 +98,10 @@ def data(family, n, rng):
     elif family.startswith("harmonic"):
         X, Xs = rng.normal(size=(n, 2)), rng.normal(size=(200, 2))
         f = np.cos(X[:, 0]) + X[:, 1]
+    elif family.startswith("spherical"):
+        D = int(family[-1]) - 1  # spherical-d<d>: d = D + 1
+        X, Xs = rng.uniform(-1, 1, (n, D)), rng.uniform(-1, 1, (200, D))
+        f = np.sin(2 * X[:, 0]) * X[:, 1] + X[:, -1]  # inputs that interact
     elif family == "kronecker-vff":
         X, Xs = rng.uniform(0, 1, (n, 2)), rng.uniform(0, 1, (200, 2))
         f = np.sin(6 * X[:, 0]) + X[:, 1] ** 2
@@ -131,6 +143,13 @@ def problem(family, M, opts, X):
         return HarmonicFeatures(group, Z), psg.SquaredExponential(1.0, ell)
     if family == "periodic-vff":
         return FourierFeatures(0.0, 1.0, M), psg.Periodic(1.0, ell, 1.0)
+    if family.startswith("spherical"):
+        from ppl_sparsegp.features import SphericalHarmonicFeatures
+
+        D = X.shape[1]
+        kernel = (psg.ChordalMatern(1.5, 1.0, 1.0, 1.0, ell) if opts["kernel"] == "chordal"
+                  else psg.ArcCosine(1, 1.0, 1.0, 1.0))
+        return SphericalHarmonicFeatures(D, M, kernel=kernel), kernel
     if family == "random-fourier":
         W = np.random.default_rng(8).normal(size=(M, 1))
         return RandomFourierFeatures(W), psg.SquaredExponential(1.0, ell)
