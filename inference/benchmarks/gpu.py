@@ -72,7 +72,8 @@ FLOAT32_ROWS = {"vff": ("nu=0.5 ell=10.0", [1024]), "kronecker-vff": ("nu=1.5 el
                 "inducing-points": ("ell=1.0", [100, 300, 1000]), "hermite": ("ell=1.0", [160]),
                 "trigonometric": ("ell=1.0", [161]), "harmonic-negation": ("ell=0.5", [300]),
                 "harmonic-rotation": ("ell=5.0", [100]), "periodic-vff": ("ell=1.0", [80]),
-                "random-fourier": ("ell=0.2", [1600])}
+                "random-fourier": ("ell=0.2", [1600]), "spherical-d3": ("chordal ell=0.3", [24]),
+                "spherical-d5": ("chordal ell=1.0", [8])}
 # the GPU run: sized to about 5 1/2 minutes on one H100 (GPU.md says how that was estimated); the time per
 # step is the median over the steps after the first, so 300 (hkd) and 100 (svgp) steps give it, where the
 # CPU benchmark's 3000 steps were for the test errors
