@@ -63,7 +63,7 @@ def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, 
 
 
 def projected_mean(feature, kernel, X, q_mu, *, whiten: bool, Kmm=None):
-    """The conditional's mean alone, :math:`K_{fu}K_{uu}^{-1}\mathbf u` (u = R v whitened): the projected
+    r"""The conditional's mean alone, :math:`K_{fu}K_{uu}^{-1}\mathbf u` (u = R v whitened): the projected
     process, for callers that need no variance (``spectral_gp``). Families on the default conditional skip
     the variance's work; a family with its own ``conditional`` gives that one's mean.
 

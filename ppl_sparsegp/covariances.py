@@ -88,7 +88,19 @@ class FeatureDispatcher:
         return self.dispatch(feature)(feature, *args, **kwargs)
 
 
-Kuu = Dispatcher("Kuu", """Kuu(feature, kernel)
+class _KuuDispatcher(Dispatcher):
+    """:data:`Kuu`: every approximation calls it, so it is where float32 on a GPU under TF32 products is
+    caught (:func:`~ppl_sparsegp.features.base.warn_float32_gpu_matmul`)."""
+
+    def __call__(self, feature, kernel, *args, **kwargs):
+        from .features.base import warn_float32_gpu_matmul
+
+        out = super().__call__(feature, kernel, *args, **kwargs)
+        warn_float32_gpu_matmul(out.dtype)
+        return out
+
+
+Kuu = _KuuDispatcher("Kuu", r"""Kuu(feature, kernel)
 
 The covariance of the inducing variables, :math:`K_{uu} = \operatorname{cov}(\mathbf u, \mathbf u)`.
 
@@ -98,7 +110,7 @@ The covariance of the inducing variables, :math:`K_{uu} = \operatorname{cov}(\ma
     (dense, diagonal + low rank, block-diagonal, Kronecker, identity).
 :raises NotImplementedError: when no family registered this (feature, kernel) pair; the message lists
     the kernels the feature supports.""")
-Kuf = Dispatcher("Kuf", """Kuf(feature, kernel, X)
+Kuf = Dispatcher("Kuf", r"""Kuf(feature, kernel, X)
 
 The cross-covariance :math:`K_{uf} = \operatorname{cov}(\mathbf u, f(X))`.
 

@@ -92,3 +92,24 @@ def test_a_new_public_name_gets_an_entry_without_a_docs_edit(tmp_path, monkeypat
     assert ".. autofunction:: ppl_sparsegp.kernels.brand_new_kernel_helper" in page
     ids, _ = _documented(tmp_path)
     assert id(brand_new_kernel_helper) in ids
+
+
+def test_no_source_file_has_an_invalid_escape():
+    """A docstring's LaTeX in a non-raw string loses its backslashes (``\\alpha`` becomes a bell character,
+    ``\\boldsymbol`` a backspace; ``\\mathbf`` warns at import since Python 3.12): every file compiles with
+    escape warnings as errors, and no string constant holds a bell, backspace, form feed or vertical tab."""
+    import ast
+    import pathlib
+    import warnings
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    files = [p for d in ("ppl_sparsegp", "models", "inference") for p in (root / d).rglob("*.py")]
+    assert len(files) > 50
+    for path in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SyntaxWarning)  # Python >= 3.12
+            warnings.simplefilter("error", DeprecationWarning)  # Python 3.11
+            tree = compile(path.read_text(), str(path), "exec", ast.PyCF_ONLY_AST)
+        bad = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+               and isinstance(node.value, str) and any(c in node.value for c in "\a\b\f\v")]
+        assert not bad, f"{path.relative_to(root)}: control characters in strings at lines {bad} (use r\"\"\"...)"

@@ -51,3 +51,28 @@ def test_float32_past_the_measured_limit_warns_naming_it():
         warnings.simplefilter("error", Float32Warning)
         psg.Kuu(f32(points(100)), k32)
         psg.Kuu(points(300), psg.Matern32(1.0, 0.3))
+
+
+def test_float32_on_a_gpu_under_tf32_products_warns(monkeypatch):
+    """On a GPU, JAX's default float32 matmul precision may use TF32 products: the GPU run measured 7 of
+    13 float32 settings broken that way (results/gpu.json), all restored under "highest". Kuu, which every
+    approximation calls, says so once per trace; under "highest", in float64 and on a CPU it says nothing."""
+    import warnings
+
+    import jax
+
+    from ppl_sparsegp.features.base import Float32Warning
+
+    f32 = lambda m: jax.tree.map(lambda a: np.asarray(a, np.float32), m)  # noqa: E731
+    feature, kernel = f32(psg.InducingPoints(np.linspace(0, 1, 10)[:, None])), f32(psg.Matern32(1.0, 0.3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Float32Warning)
+        psg.Kuu(feature, kernel)  # a CPU: nothing
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        with jax.default_matmul_precision("highest"):
+            psg.Kuu(feature, kernel)
+        psg.Kuu(psg.InducingPoints(np.linspace(0, 1, 10)[:, None]), psg.Matern32(1.0, 0.3))  # float64
+    with pytest.warns(Float32Warning, match="TF32.*jax_default_matmul_precision', 'highest'"):
+        psg.Kuu(feature, kernel)
+    with pytest.warns(Float32Warning, match="TF32"):  # inside a trace too (jit, NUTS, SVI)
+        jax.jit(lambda f: psg.Kuu(f, kernel).to_dense())(feature)

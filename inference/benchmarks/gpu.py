@@ -364,6 +364,8 @@ def float32_part(sizes, args, progress=None):
                 ref = cpu.get((family, label, M))
                 row["cpu"] = None if ref is None else {k: ref.get(k) for k in keys}
                 rows.append(row)
+                if progress is not None:  # a stop at the command's limit keeps the rows done (gpu.json, partial)
+                    progress({"n": settings.n, "noise": settings.noise, "seed": settings.seed, "rows": rows})
                 print(f"  float32 {family} {label} M={M}: bound {row.get('bound_err', math.inf):.1e}, ELBO "
                       f"{row.get('elbo_err', math.inf):.1e}, holds {row['ok_collapsed']}/{row['ok_sparse']}", flush=True)
     return {"n": settings.n, "noise": settings.noise, "seed": settings.seed,

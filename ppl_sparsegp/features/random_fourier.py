@@ -239,7 +239,7 @@ class ImportanceFourierFeatures(InducingFeature):
                                       f"need a {type(self.proposal).__name__} kernel, got {type(kernel).__name__}")
 
     def weights(self, kernel):
-        """:math:`w_r = p_\ell(\boldsymbol\omega_r)/q(\boldsymbol\omega_r)` at the kernel's lengthscale."""
+        r""":math:`w_r = p_\ell(\boldsymbol\omega_r)/q(\boldsymbol\omega_r)` at the kernel's lengthscale."""
         self.check_kernel(kernel)
         return jnp.exp(kernel.log_spectral_density_normalised(self.frequencies)
                        - self.proposal.log_spectral_density_normalised(self.frequencies))

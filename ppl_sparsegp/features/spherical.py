@@ -462,7 +462,7 @@ def _harmonics(d, degrees, U):
 
 
 def _gegenbauer_rows(d, degrees, U):
-    """:math:`C_n^\alpha(\mathbf v\cdot\hat{\mathbf x})` for every vector v of every kept degree's fundamental
+    r""":math:`C_n^\alpha(\mathbf v\cdot\hat{\mathbf x})` for every vector v of every kept degree's fundamental
     system, (M, N): every row's Gegenbauer polynomial of its own degree in one recurrence over the projections
     V x̂ (Eq. (5); a row keeps the value of its degree)."""
     alpha = 0.5 * (d - 2)
