@@ -89,14 +89,18 @@ class FeatureDispatcher:
 
 
 class _KuuDispatcher(Dispatcher):
-    """:data:`Kuu`: every approximation calls it, so it is where float32 on a GPU under TF32 products is
-    caught (:func:`~ppl_sparsegp.features.base.warn_float32_gpu_matmul`)."""
+    """:data:`Kuu`: every approximation calls it, so the checks of its result live here; a higher floor
+    registers them (``Kuu.checks.append(fn)``, ``fn(out)``, as the float32-on-a-GPU warning of
+    :mod:`ppl_sparsegp.features.base`), so that nothing here imports upward."""
+
+    def __init__(self, name: str, doc: str = ""):
+        super().__init__(name, doc)
+        self.checks: list = []
 
     def __call__(self, feature, kernel, *args, **kwargs):
-        from .features.base import warn_float32_gpu_matmul
-
         out = super().__call__(feature, kernel, *args, **kwargs)
-        warn_float32_gpu_matmul(out.dtype)
+        for check in self.checks:
+            check(out)
         return out
 
 

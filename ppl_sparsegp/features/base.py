@@ -9,6 +9,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 
+from ..covariances import Kuu
 from ..parameters import Module, is_concrete
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "refined_features"]
@@ -37,20 +38,23 @@ def warn_float32(dtype, limited: bool, message: str):
 _FULL_FLOAT32_PRECISIONS = ("highest", "float32", "tensorfloat32x3", "float32x3")
 
 
-def warn_float32_gpu_matmul(dtype):
+def warn_float32_gpu_matmul(Kmm):
     """Warn (:class:`Float32Warning`) when ``dtype`` is float32, JAX's default backend is a GPU and the
     default matmul precision is not "highest": there XLA may compute float32 products in TF32 (a 10-bit
     mantissa). Measured on an NVIDIA H200 (``inference/benchmarks/gpu.py``, 2026-11-27): 7 of 13 float32
     settings broke (relative errors up to 0.79 for spherical harmonic features; failed Cholesky factors
-    for the harmonic features), and every one the CPU's float32 passes held again under "highest"."""
-    if jnp.dtype(dtype) != jnp.float32 or jax.default_backend() != "gpu":
+    for the harmonic features), and all but one held again under "highest". Registered as a check of
+    :data:`~ppl_sparsegp.covariances.Kuu`'s result ``Kmm`` (a LinearOperator), once per trace."""
+    if jnp.dtype(Kmm.dtype) != jnp.float32 or jax.default_backend() != "gpu":
         return
     if str(jax.config.jax_default_matmul_precision).lower() not in _FULL_FLOAT32_PRECISIONS:
         warnings.warn("float32 on a GPU with JAX's default matmul precision, which may use TF32 products (a "
                       "10-bit mantissa): measured relative errors up to 0.79 and failed Cholesky factors; set "
                       "jax.config.update('jax_default_matmul_precision', 'highest') or use float64",
-                      Float32Warning, stacklevel=4)
+                      Float32Warning, stacklevel=3)
 
+
+Kuu.checks.append(warn_float32_gpu_matmul)
 
 CONSTANT_KUF_MAX = 2**25  # entries of Kuf (256 MiB in float64) up to which it may be a constant of a program
 
