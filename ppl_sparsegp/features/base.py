@@ -39,19 +39,17 @@ _FULL_FLOAT32_PRECISIONS = ("highest", "float32", "tensorfloat32x3", "float32x3"
 
 
 def warn_float32_gpu_matmul(Kmm):
-    """Warn (:class:`Float32Warning`) when ``dtype`` is float32, JAX's default backend is a GPU and the
-    default matmul precision is not "highest": there XLA may compute float32 products in TF32 (a 10-bit
-    mantissa). Measured on an NVIDIA H200 (``inference/benchmarks/gpu.py``, 2026-11-27): 7 of 13 float32
-    settings broke (relative errors up to 0.79 for spherical harmonic features; failed Cholesky factors
-    for the harmonic features), and all but one held again under "highest". Registered as a check of
-    :data:`~ppl_sparsegp.covariances.Kuu`'s result ``Kmm`` (a LinearOperator), once per trace."""
-    if jnp.dtype(Kmm.dtype) != jnp.float32 or jax.default_backend() != "gpu":
-        return
-    if str(jax.config.jax_default_matmul_precision).lower() not in _FULL_FLOAT32_PRECISIONS:
-        warnings.warn("float32 on a GPU with JAX's default matmul precision, which may use TF32 products (a "
-                      "10-bit mantissa): measured relative errors up to 0.79 and failed Cholesky factors; set "
-                      "jax.config.update('jax_default_matmul_precision', 'highest') or use float64",
-                      Float32Warning, stacklevel=3)
+    """Warn (:class:`Float32Warning`, by :func:`warn_float32`) when ``Kmm`` (a LinearOperator, the result
+    of :data:`~ppl_sparsegp.covariances.Kuu`, which runs this check once per trace) is float32, JAX's
+    default backend is a GPU and the default matmul precision is not "highest": there XLA may compute
+    float32 products in TF32 (a 10-bit mantissa). Measured on an NVIDIA H200 (``inference/benchmarks/gpu.py``,
+    2026-11-27): 7 of 13 float32 settings broke (relative errors up to 0.79 for spherical harmonic features;
+    failed Cholesky factors for the harmonic features), and all but one held again under "highest"."""
+    tf32 = (jax.default_backend() == "gpu"
+            and str(jax.config.jax_default_matmul_precision).lower() not in _FULL_FLOAT32_PRECISIONS)
+    warn_float32(Kmm.dtype, tf32, "float32 on a GPU with JAX's default matmul precision, which may use TF32 "
+                 "products (a 10-bit mantissa): measured relative errors up to 0.79 and failed Cholesky "
+                 "factors; set jax.config.update('jax_default_matmul_precision', 'highest')")
 
 
 Kuu.checks.append(warn_float32_gpu_matmul)
