@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SPHINX := $(PY) -m sphinx -n -W --keep-going -b html docs docs/_build/html
 
-.PHONY: demo test docs docs-fast wheel-check
+.PHONY: demo test test-slow docs docs-fast wheel-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(VENV)/.installed-demo
 # one pytest worker per core (at most 4), whole files per worker so each keeps its compilation caches
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+
+# the slow tier (tests marked `slow`: long runs to convergence, large sizes, the quick benchmarks, the
+# own-model notebook), run with the benchmarks rather than in CI
+test-slow: $(VENV)/.installed-test
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m slow
 
 # the site with every notebook executed at the tests' reduced size (PPL_SPARSEGP_DOCS_FULL=1: full size),
 # into docs/_build/html/index.html; warnings are errors

@@ -1,18 +1,45 @@
-"""Test configuration: float64 for the reference tests, two forced host devices for sharding tests, and
-XLA's machine-code optimisation off."""
+"""Test configuration: float64 for the reference tests, two forced host devices for sharding tests,
+XLA compiling for speed of compilation, and one compilation cache per test run shared by the workers."""
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
-# The fast suite is bound by compilation (thousands of small XLA programs), a third of which is LLVM
-# optimising each fused kernel's machine code. The tests check values, so they compile with that
-# optimisation off: XLA's own passes (fusion, algebraic simplification, layouts) are the ones users
-# run; only each kernel's instruction selection is left unoptimised (measured, 2 cores: 354 -> 290 s).
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0")
+# The fast suite is bound by compilation (thousands of small XLA programs: every library call a test
+# makes outside jit compiles each of its operations at their shapes). The tests check values, so they
+# compile for speed of compilation: LLVM's optimisation of each kernel's machine code off (measured, 2
+# cores: 354 -> 290 s) and the older fused-kernel emitters, not the MLIR fusion emitters (an eager
+# collapsed_elbo 3.1 -> 1.5 s; test_stein/sparse/orthogonal/collapsed on 2 workers 374 -> 254 CPU-s with
+# the cache below). XLA's own passes (fusion, algebraic simplification, layouts) are the ones users run.
+# A jaxlib that no longer knows the emitter flag would abort at start-up, so it is probed once first.
+if "XLA_FLAGS" not in os.environ:
+    _flags = "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+    _probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"],
+                            env={**os.environ, "XLA_FLAGS": _flags + " --xla_cpu_use_fusion_emitters=false"},
+                            capture_output=True)
+    os.environ["XLA_FLAGS"] = _flags + (" --xla_cpu_use_fusion_emitters=false" if _probe.returncode == 0 else "")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-import sys  # noqa: E402
+# Many tests compile the same programs (the same model at the same shapes in another file, on the other
+# worker, in a subprocess the test starts). A persistent compilation cache in a folder made for this run,
+# shared by the pytest-xdist workers and the subprocesses (both inherit the variables from the
+# controller, which imports this file first) and removed at the end, compiles each once: measured on
+# test_stein/sparse/orthogonal/collapsed, 2 workers, 212 -> 191 s. Nothing outlives the run, so no stale
+# program can meet a changed library.
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+if _OWN_CACHE:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ppl_sparsegp-xla-cache-")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 sys.path.insert(0, os.path.dirname(__file__))  # shared test problems (tests/regression.py)
 
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE and not hasattr(config, "workerinput"):  # the process that made the folder removes it
+        shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

@@ -440,6 +440,7 @@ def test_prediction_predictive_and_nuts_potential_use_the_deterministic_quadratu
     np.testing.assert_array_equal(draws[0], draws[1])
 
 
+@pytest.mark.slow  # SVI to convergence; the MC ELBO's unbiasedness and the closed-form optimum are fast tests
 def test_svi_with_mc_estimator_and_learnable_band_reaches_the_optimum():
     """Full-batch SVI, diagonal q, MC features and a learnable band: the exact ELBO at the end is within
     2 nats of the closed-form diagonal optimum at the learnt band (N = 60, σ = 0.1; measured 0.7; the

@@ -73,7 +73,7 @@ def test_svi_monte_carlo_elbo_is_unbiased():
     params["f_v_loc"] = params["f_v_loc"] * 0.8  # away from the optimum
     exact = gp.elbo(params, X, y)
     elbo = TraceMeanField_ELBO()
-    keys = jax.random.split(jax.random.PRNGKey(0), 2000)
+    keys = jax.random.split(jax.random.PRNGKey(0), 500)
     vals = jax.vmap(lambda k: -elbo.loss(k, params, gp.model, gp.guide, X, y))(keys)
     se = vals.std() / np.sqrt(len(vals))
     assert abs(vals.mean() - exact) < 4 * se + 1e-9
@@ -88,10 +88,11 @@ def test_minibatch_factor_is_unbiased():
     def batch(key):
         return log_density(numpyro.handlers.seed(gp.model, key), (X, y), {"batch_size": 8}, {"f_v": v})[0]
 
-    vals = jax.vmap(batch)(jax.random.split(jax.random.PRNGKey(3), 4000))
+    vals = jax.vmap(batch)(jax.random.split(jax.random.PRNGKey(3), 1000))
     assert abs(vals.mean() - full) < 4 * vals.std() / np.sqrt(len(vals))
 
 
+@pytest.mark.slow  # SVI to convergence; test_svgp_optimum_equals_collapsed_bound checks the optimum exactly
 def test_svi_fit_approaches_collapsed_bound():
     X, y = data(30)
     Z = X[::3]
@@ -107,7 +108,7 @@ def test_nuts_reproduces_exact_posterior():
     """Z = X, fixed hyperparameters, Gaussian likelihood: p(v|y) is Gaussian and f = Aᵀv is exact."""
     X, y = data(8, seed=3)
     gp = psg.SparseGP(psg.InducingPoints(X), KERNEL, Gaussian(NOISE), whiten=True)
-    mcmc = MCMC(NUTS(gp.model), num_warmup=500, num_samples=4000, progress_bar=False)
+    mcmc = MCMC(NUTS(gp.model), num_warmup=300, num_samples=1500, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(1), X, y)
     samples = mcmc.get_samples()
     pred = gp.predict(X, samples=samples)
@@ -120,6 +121,7 @@ def test_nuts_reproduces_exact_posterior():
     assert np.all(np.abs(draws.var(0) - var) < 5 * var * np.sqrt(2 / ess))
 
 
+@pytest.mark.slow  # SVI to convergence; the minibatch factor and Poisson's expectation are fast tests
 def test_poisson_sparse_gp_svi_runs_with_minibatches():
     rng = np.random.default_rng(5)
     X = jnp.asarray(rng.uniform(0, 1, (200, 1)))
