@@ -26,16 +26,14 @@ $(VENV)/.installed-docs: pyproject.toml | $(PY)
 demo: $(VENV)/.installed-demo
 	$(PY) -m inference fit pines --method nuts
 
-# one pytest worker per core (at most 4); idle workers steal tests (the compilation cache is shared
-# through tests/conftest.py, so whole files per worker no longer pay: back to back, 2 cores, 394 s
-# against 485 s with --dist loadfile)
+# one pytest worker per core (at most 4), whole files per worker so each keeps its compilation caches
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # the slow tier (tests marked `slow`: long runs to convergence, large sizes, the quick benchmarks, the
 # own-model notebook), run with the benchmarks rather than in CI
 test-slow: $(VENV)/.installed-test
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist worksteal -m slow
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile -m slow
 
 # the site with every notebook executed at the tests' reduced size (PPL_SPARSEGP_DOCS_FULL=1: full size),
 # into docs/_build/html/index.html; warnings are errors
