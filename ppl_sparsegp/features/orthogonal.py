@@ -277,7 +277,12 @@ def _kuu_hermite(feature, kernel):
 @Kuf.register(HermiteFeatures, SquaredExponential)
 def _kuf_hermite(feature, kernel, X):
     feature.check_kernel(kernel)
-    x = feature.check_inputs(X)[:, 0] - feature.centre
+    return _hermite_kuf(feature, kernel, feature.check_inputs(X)[:, 0])
+
+
+@jax.jit  # one program per M and N: eagerly (the size rule, predictions) each operation would compile alone
+def _hermite_kuf(feature, kernel, x):
+    x = x - feature.centre
     v, ell, sp = kernel.variance, _lengthscale(kernel), jnp.asarray(feature.input_scale)
     l2 = ell**2
     r2 = jnp.sqrt(l2 * sp**2 + 0.25 * l2**2)  # r² (notes §1.4 [2])
@@ -517,7 +522,12 @@ def _kuu_trig(feature, kernel):
 
 @Kuf.register(TrigonometricFeatures, Stationary)
 def _kuf_trig(feature, kernel, X):
-    x = feature.check_inputs(X)[:, 0] - feature.centre
+    return _trig_kuf(feature, kernel, feature.check_inputs(X)[:, 0])
+
+
+@jax.jit  # one program per feature shape and N, as _hermite_kuf
+def _trig_kuf(feature, kernel, x):
+    x = x - feature.centre
     a = jnp.asarray(feature.band, x.dtype)
     nodes, weights = (jnp.asarray(c, x.dtype) for c in _legendre(feature.num_quadrature))
     omega = 0.5 * a * (nodes + 1.0)  # Gauss–Legendre on [0, a]; the integrand is even: weight 2·(a/2)·w_i
