@@ -168,7 +168,8 @@ class FourierFeatures(InducingFeature):
 
     def omegas(self, dtype=None):
         """ω_m = 2πm/(b − a), m = 0..M−1."""
-        return 2 * math.pi * jnp.arange(self.num_frequencies, dtype=dtype) / (self.b - self.a)
+        w = 2 * math.pi * np.arange(self.num_frequencies) / (self.b - self.a)  # static: no program to compile
+        return jnp.asarray(w, dtype=jnp.result_type(float) if dtype is None else dtype)
 
     def check_inputs(self, X, name="X"):
         return check_inputs(X, name, 1)
