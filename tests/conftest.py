@@ -20,6 +20,11 @@ if "XLA_FLAGS" not in os.environ:
                             capture_output=True)
     os.environ["XLA_FLAGS"] = _flags + (" --xla_cpu_use_fusion_emitters=false" if _probe.returncode == 0 else "")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# No Python tracebacks in the compiled programs' debug locations (they only label HLO for profilers):
+# lowering thousands of small programs builds them for every operation (measured: 4-5% of the CPU time
+# of test_diagnostics + test_sparse on one core). Exceptions keep their tracebacks.
+os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
+os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 
 # Many tests compile the same programs (the same model at the same shapes in another file, on the other
 # worker, in a subprocess the test starts). A persistent compilation cache in a folder made for this run,
@@ -38,6 +43,8 @@ sys.path.insert(0, os.path.dirname(__file__))  # shared test problems (tests/reg
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_include_full_tracebacks_in_locations", False)  # as the variables above, should a
+jax.config.update("jax_traceback_in_locations_limit", 0)  # plugin have imported jax before this file
 
 
 def pytest_unconfigure(config):

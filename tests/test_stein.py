@@ -177,7 +177,7 @@ def test_msrfr_step_is_eq_26_written_out():
         lik = -quad / 0.1 - 0.5 * jnp.linalg.slogdet(A)[1] + R * jnp.log(0.05) - 5 * jnp.log(2 * jnp.pi * 0.05)
         return lik + jnp.sum(jax.scipy.stats.norm.logpdf(W, 0.0, 3.0))
 
-    scores = np.stack([np.asarray(jax.grad(log_target)(jnp.asarray(W))) for W in W0])
+    scores = np.stack([np.asarray(jax.jit(jax.grad(log_target))(jnp.asarray(W))) for W in W0])
     pooled = W0.reshape(-1, 2)
     h = np.median((pooled[:, None] - pooled[None]) ** 2, axis=(0, 1))
     kappa = lambda a, b: np.exp(-0.5 * np.sum((a - b) ** 2 / h))  # noqa: E731
