@@ -205,11 +205,11 @@ def test_kronecker_features_dense_and_grid_paths_agree():
     grid = Grid([jnp.linspace(0, 1, 6), jnp.linspace(0.1, 0.9, 4)])
     P = grid.points()
     Kuf = np.asarray(psg.Kuf(feat, k, P))
-    # row-wise Kronecker product of the 1-D features, point by point
+    # the row-wise Kronecker product of the 1-D features: column n is kron(Kuf_0[:, n], Kuf_1[:, n])
+    K0 = np.asarray(psg.Kuf(feat.features[0], k.kernels[0], P[:, :1]))
+    K1 = np.asarray(psg.Kuf(feat.features[1], k.kernels[1], P[:, 1:]))
     for n in range(P.shape[0]):
-        e = np.kron(psg.Kuf(feat.features[0], k.kernels[0], P[n:n + 1, :1])[:, 0],
-                    psg.Kuf(feat.features[1], k.kernels[1], P[n:n + 1, 1:])[:, 0])
-        np.testing.assert_allclose(Kuf[:, n], e, rtol=1e-12)
+        np.testing.assert_allclose(Kuf[:, n], np.kron(K0[:, n], K1[:, n]), rtol=1e-12)
     Kmm = psg.Kuu(feat, k)
     v = jax.random.normal(jax.random.PRNGKey(0), (Kmm.sqrt_cols,))
     for whiten in (True, False):
