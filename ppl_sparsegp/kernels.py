@@ -132,8 +132,8 @@ class Stationary(Kernel):
         """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0."""
         return _scaled_sqdist(self.lengthscale, *self._inputs(X1, X2))
 
-    def gram(self, A, B):
-        """k(A, B) for validated point arrays (traced by :meth:`__call__` into one compiled program)."""
+    def _gram_points(self, A, B):
+        """k(A, B) for validated point arrays (one compiled program per kernel class and shapes: ``_gram``)."""
         return self.variance * self.profile(_safe_sqrt(_scaled_sqdist(self.lengthscale, A, B)))
 
     def __call__(self, X1, X2=None):
@@ -196,7 +196,7 @@ def _scaled_sqdist(lengthscale, A, B):
 # A Gram matrix is a dozen operations; called outside a trace (the dense references, predictions, the
 # adequacy check) each would compile on its own at its shapes, so the arithmetic is one program per
 # kernel class and shapes (10x faster eagerly; inside a model's trace it is inlined as before).
-_gram = jax.jit(lambda kernel, A, B: kernel.gram(A, B))
+_gram = jax.jit(lambda kernel, A, B: kernel._gram_points(A, B))
 
 
 def _safe_sqrt(x):
@@ -217,7 +217,7 @@ class SquaredExponential(Stationary):
     def profile(self, tau):
         return jnp.exp(-0.5 * tau**2)
 
-    def gram(self, A, B):  # avoid the sqrt: exact and smooth at r = 0
+    def _gram_points(self, A, B):  # avoid the sqrt: exact and smooth at r = 0
         return self.variance * jnp.exp(-0.5 * _scaled_sqdist(self.lengthscale, A, B))
 
     def log_unit_density(self, w):
