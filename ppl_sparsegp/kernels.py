@@ -299,7 +299,7 @@ class Matern52(_Matern):
 
 
 class Periodic(Kernel):
-    r"""The periodic (exp-sine-squared) kernel on one input dimension [1, eq. 47]:
+    r"""The periodic (exp-sine-squared) kernel on one input dimension (equation 47 of [1]):
     :math:`k(x, x') = \sigma^2\exp\big(-2\sin^2(\pi(x-x')/p)/\ell^2\big)`.
 
     Its Fourier series :math:`k(\tau) = \sum_{j\ge 0} q_j\cos(2\pi j\tau/p)` has
