@@ -16,8 +16,9 @@ from scipy import integrate
 from scipy.special import eval_hermite, factorial
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.features.orthogonal import (AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures,
-                                              hermite_width, mc_moments, monte_carlo_conditional)
+from ppl_sparsegp.features.combinations import AdditiveOrthogonal
+from ppl_sparsegp.features.hermite import HermiteFeatures, hermite_width
+from ppl_sparsegp.features.trigonometric import TrigonometricFeatures, mc_moments, monte_carlo_conditional
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.linalg import Dense, Identity
 
@@ -128,7 +129,7 @@ def test_hermite_size_rule_resolves_every_input_and_the_density_average_is_the_e
     eigenvalues of R&W §4.3.1), against a Monte Carlo average of 1 − Σ_m Kuf[m](x)²/v. (b) ``from_data``:
     every input keeps at most the tolerance unresolved, and one feature fewer leaves more somewhere, for
     light- and heavy-tailed inputs; past ``max_features`` it refuses naming the fix."""
-    from ppl_sparsegp.features.orthogonal import hermite_unresolved
+    from ppl_sparsegp.features.hermite import hermite_unresolved
 
     rng = np.random.default_rng(0)
     x = rng.normal(1.0, 0.7, 20000)

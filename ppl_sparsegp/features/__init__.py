@@ -1,13 +1,14 @@
 """Inducing features: one file per family, its ``Kuu``/``Kuf`` (and where needed ``conditional``,
 ``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`."""
 from .base import InducingFeature, OutsideDomainWarning
-from .combinations import AdditiveFeatures, KroneckerFeatures
+from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
 from .harmonic import HarmonicFeatures
+from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
-from .orthogonal import AdditiveOrthogonal, HermiteFeatures, TrigonometricFeatures
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from .spherical import SphericalHarmonicFeatures
+from .trigonometric import TrigonometricFeatures
 from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",

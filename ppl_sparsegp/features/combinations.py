@@ -9,11 +9,15 @@ r"""Multi-input features built from 1-D features, one per input dimension.
   :math:`K_{uu} = \otimes_d K_{uu}^{(d)}` and Kuf the column-wise Kronecker (Khatri–Rao) product
   [1, §4.2, eqs. 69–73]. On a :class:`~ppl_sparsegp.grid.Grid` the conditional works per axis and never
   forms the full Kuf: O(M^D · G) per evaluation.
+* :class:`AdditiveOrthogonal`: one variational orthogonal family per input column
+  (:class:`~ppl_sparsegp.features.HermiteFeatures`, :class:`~ppl_sparsegp.features.TrigonometricFeatures`)
+  with an :class:`~ppl_sparsegp.kernels.Additive` kernel: :math:`K_{uu} = I`, Kuf stacked [2].
 
-Both work with any 1-D family (Fourier, orthogonal, inducing points).
+The first two work with any 1-D family (Fourier, orthogonal, inducing points).
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+    2. Burt, Rasmussen, van der Wilk (2020), Variational orthogonal features, arXiv:2006.13170.
 """
 from __future__ import annotations
 
@@ -24,13 +28,15 @@ import numpy as np
 from ..conditionals import conditional
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
-from ..linalg import BlockDiag, Kronecker
+from ..linalg import BlockDiag, Identity, Kronecker
 from ..covariances import Kuf, Kuu
 from .base import InducingFeature, constant_kuf, warn_float32
 from .inducing_points import InducingPoints
 from .fourier import FourierFeatures, lengthscale_range
+from .hermite import HermiteFeatures
+from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
 
-__all__ = ["AdditiveFeatures", "KroneckerFeatures"]
+__all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]
 
 
 class _PerDimension(InducingFeature):
@@ -233,3 +239,75 @@ def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False
     return mean, jnp.maximum(var, 0.0)
 
 
+class AdditiveOrthogonal(AdditiveFeatures):
+    r"""One 1-D orthogonal family per input column, for an :class:`~ppl_sparsegp.kernels.Additive` kernel.
+
+    With :math:`f = \sum_d f_d(x_d)`, independent :math:`f_d \sim GP(0, k_d)` and features of
+    :math:`f_d` in block d, :math:`\mathrm{cov}(u^{(d)}, f(\mathbf x)) = K_{uf}^{(d)}(x_d)` and blocks are
+    uncorrelated: :math:`K_{uu} = I_{\sum M_d}`, :math:`K_{uf}` the stacked blocks (inherited from
+    :class:`~ppl_sparsegp.features.AdditiveFeatures`). M grows linearly in D, not exponentially as a tensor
+    product would. Sites: ``feature_<d>_<field>``. In MC mode the per-column estimates are summed: with
+    ``q_cov=None`` (SVI's sampled u) each column's :func:`mc_moments` are added (no cross terms); with a
+    given S the explicit estimates :math:`\hat K_{uf}` of two independent sets are stacked
+    (O(NMT + NM²)); Hermite and exact columns enter with their exact Kuf.
+
+    :param features: a sequence of :class:`HermiteFeatures` / :class:`TrigonometricFeatures`, one per column.
+    """
+
+    def __init__(self, features):
+        features = tuple(features)
+        if not features or not all(isinstance(f, (HermiteFeatures, TrigonometricFeatures)) for f in features):
+            raise ValueError("features must be a non-empty sequence of HermiteFeatures / TrigonometricFeatures")
+        super().__init__(features)
+
+    @property
+    def monte_carlo(self) -> bool:
+        return any(f.monte_carlo for f in self.features)
+
+    def _blocks(self, kernel, X):
+        """[(feature_d, kernel_d, X[:, d:d+1])]."""
+        self._check_kernel(kernel, Additive)
+        X = self.check_inputs(X)
+        return [(f, k, X[:, d:d + 1]) for d, (f, k) in enumerate(zip(self.features, kernel.kernels))]
+
+    def monte_carlo_conditional(self, kernel, X, q_mu, q_cov, key):
+        """The Monte Carlo ``(mean, var)`` of :func:`~ppl_sparsegp.features.trigonometric.monte_carlo_conditional`
+        for this sum of columns: its MC columns use their estimator, the others their exact Kuf (see the class
+        docstring)."""
+        parts = self._blocks(kernel, X)
+        keys = jax.random.split(key, len(parts))
+        offsets = np.cumsum([0] + [f.num_features for f, _, _ in parts])
+        if q_cov is None:
+            mu1 = mu2 = var = 0.0
+            for (f, k, Xd), kd, lo, hi in zip(parts, keys, offsets[:-1], offsets[1:]):
+                if f.monte_carlo:
+                    a, b, c = mc_moments(f, k, Xd, q_mu[lo:hi], None, kd)
+                else:
+                    K = Kuf(f, k, Xd)
+                    a = b = K.T @ q_mu[lo:hi]
+                    c = k.diag(Xd) - jnp.sum(K**2, axis=0)
+                mu1, mu2, var = mu1 + a, mu2 + b, var + c
+            return combine_moments(mu1, mu2, var)
+        K1, K2 = [], []
+        for (f, k, Xd), kd in zip(parts, keys):
+            a, b = mc_kuf_pair(f, k, Xd, kd) if f.monte_carlo else (Kuf(f, k, Xd),) * 2
+            K1.append(a)
+            K2.append(b)
+        K1, K2 = jnp.concatenate(K1), jnp.concatenate(K2)
+        var = kernel.diag(X) + jnp.sum(K1 * (q_cov.matmul(K2) - K2), axis=0)
+        return combine_moments(K1.T @ q_mu, K2.T @ q_mu, var)
+
+
+@Kuu.register(AdditiveOrthogonal, Additive)
+def _kuu_additive(feature, kernel):
+    feature._check_kernel(kernel, Additive)
+    for f, k in zip(feature.features, kernel.kernels):
+        Kuu.dispatch(f, k)  # each block must be supported (and is the identity)
+    return Identity(feature.num_features, dtype=jnp.result_type(kernel.kernels[0].variance, float))
+
+
+@conditional.register(AdditiveOrthogonal)
+def _conditional_additive(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
+    if key is None or not feature.monte_carlo:
+        return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
+    return feature.monte_carlo_conditional(kernel, X, q_mu, q_cov, key)
