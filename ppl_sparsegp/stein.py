@@ -31,7 +31,7 @@ per-dimension bandwidth :math:`h_k` = ``bandwidth_scale`` × the median over all
 included) of the pooled frequencies of :math:`(a_k - b_k)^2` [2, §1.3], the driving term can be
 annealed cyclically, :math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` (SteinVI's
 ``loss_temperature`` set per step), and the step is Adam with decoupled weight decay
-(:class:`AdamW`, the authors' optimiser).
+(:class:`~ppl_sparsegp.optim.AdamW`, the authors' optimiser, in :mod:`ppl_sparsegp.optim`).
 
 Why a subclass of SteinVI (:class:`FrequencySteinVI`): SteinVI supports matrix-valued kernels, but its
 generic divergence :math:`\sum_b\partial K_{ab}/\partial x_b` takes one gradient per matrix entry,
@@ -66,12 +66,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from numpyro.contrib.einstein.stein_kernels import SteinKernel
-from numpyro.optim import Adam
 
 from .approximations.spectrum import SparseSpectrumGP
 from .compat import SteinVIWithDivergence
 from .features.random_fourier import SpectralDensity, sample_frequencies
 from .kernels import check_inputs
+from .optim import AdamW, cyclical_annealing
 
 __all__ = ["FrequencyRBFKernel", "FrequencyBlockMatrix", "FrequencySteinVI", "pairwise_median_sq", "AdamW",
            "cyclical_annealing", "SteinResult", "fit_stein", "fit_msrfr", "svgd", "stein_frequencies"]
@@ -236,72 +236,6 @@ class FrequencySteinVI(SteinVIWithDivergence):
     def kernel_divergence(self, kernel, x, y):
         K = kernel(x, y)
         return K.divergence() if isinstance(K, FrequencyBlockMatrix) else None
-
-
-# --------------------------------------------------------------------------------------------------
-# optimiser and annealing
-# --------------------------------------------------------------------------------------------------
-class AdamW(Adam):
-    r"""Adam with decoupled weight decay [4] and optional per-parameter step sizes:
-    :math:`\theta \leftarrow \theta - \eta_{\text{name}}(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda\theta)`
-    (optax's ``chain(scale_by_adam(), add_decayed_weights(λ), scale(-η))``, the authors' optimiser).
-
-    A :class:`numpyro.optim.Adam` whose public ``init``, ``update`` and ``get_params`` (the methods SVI,
-    SteinVI and :func:`svgd` call; ``eval_and_update`` goes through them) implement the rule above, as
-    numpyro's own ``ClippedAdam`` overrides ``update``. The state is ``(step, (params, m, v))`` with
-    params a dict by name.
-
-    :param step_size: η for every parameter, or a callable ``name -> η`` (by the param's name).
-    :param weight_decay: λ (default 0: plain Adam).
-    :param b1: the decay rate of the first-moment average m (default 0.9).
-    :param b2: the decay rate of the second-moment average v (default 0.999).
-    :param eps: ε, added to :math:`\sqrt{\hat v}` in the denominator (default 1e-8).
-    """
-
-    def __init__(self, step_size, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8):
-        # the parent's jax rule is never used: init, update and get_params below replace it
-        super().__init__(1.0, b1=b1, b2=b2, eps=eps)
-        self.lr = step_size if callable(step_size) else (lambda name: step_size)
-        self.weight_decay, self.b1, self.b2, self.eps = weight_decay, b1, b2, eps
-
-    def init(self, params):
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        return jnp.array(0), (params, zeros, zeros)
-
-    def update(self, g, state, value=None):
-        i, (params, m, v) = state
-        b1, b2, eps, weight_decay = self.b1, self.b2, self.eps, self.weight_decay
-        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
-        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g ** 2, v, g)
-        t = i + 1
-        new = {}
-        for name in params:
-            m_hat = jax.tree.map(lambda x: x / (1 - b1 ** t), m[name])
-            v_hat = jax.tree.map(lambda x: x / (1 - b2 ** t), v[name])
-            new[name] = jax.tree.map(
-                lambda p, a, b: p - self.lr(name) * (a / (jnp.sqrt(b) + eps) + weight_decay * p),
-                params[name], m_hat, v_hat)
-        return i + 1, (new, m, v)
-
-    def get_params(self, state):
-        return state[1][0]
-
-
-def cyclical_annealing(t, num_steps: int, num_cycles: int = 5, power: float = 0.0):
-    r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [2, §1.3]; ``power=0`` gives γ ≡ 1.
-
-    The loss temperature of SVGD's driving term: within each of the c cycles it rises from 0 to nearly 1
-    (for s > 0), so the particles first spread by repulsion, then follow the target.
-
-    :param t: the step, 0-based (an int or an array; may be traced).
-    :param num_steps: T, the number of steps of the run.
-    :param num_cycles: c, the number of cycles over the run (period T/c, not necessarily an integer).
-    :param power: s ≥ 0 (0: no annealing).
-    :returns: γ(t), a float array of the shape of ``t``: in [0, 1) for s > 0, 1 everywhere for ``power=0``.
-    """
-    period = num_steps / num_cycles
-    return jnp.power(jnp.mod(jnp.asarray(t, dtype=jnp.result_type(float)), period) / period, power)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ FLOORS = {
     "groups": 3,
     "conditionals": 4,
     "features": 5,
-    "approximations": 6,
+    "approximations": 6, "optim": 6,
     "stein": 7,
     "diagnostics": 8,
     "fits": 9,

@@ -1,0 +1,59 @@
+"""Adam with decoupled weight decay (:class:`AdamW`) and per-parameter step sizes, as a NumPyro optimiser
+(the optimiser of Stein random feature regression, :mod:`ppl_sparsegp.stein`)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from numpyro.optim import Adam
+
+__all__ = ["AdamW"]
+
+
+class AdamW(Adam):
+    r"""Adam with decoupled weight decay [1] and optional per-parameter step sizes:
+    :math:`\theta \leftarrow \theta - \eta_{\text{name}}(\hat m/(\sqrt{\hat v}+\epsilon) + \lambda\theta)`
+    (optax's ``chain(scale_by_adam(), add_decayed_weights(λ), scale(-η))``, the authors' optimiser).
+
+    A :class:`numpyro.optim.Adam` whose public ``init``, ``update`` and ``get_params`` (the methods SVI,
+    SteinVI and :func:`svgd` call; ``eval_and_update`` goes through them) implement the rule above, as
+    numpyro's own ``ClippedAdam`` overrides ``update``. The state is ``(step, (params, m, v))`` with
+    params a dict by name.
+
+    :param step_size: η for every parameter, or a callable ``name -> η`` (by the param's name).
+    :param weight_decay: λ (default 0: plain Adam).
+    :param b1: the decay rate of the first-moment average m (default 0.9).
+    :param b2: the decay rate of the second-moment average v (default 0.999).
+    :param eps: ε, added to :math:`\sqrt{\hat v}` in the denominator (default 1e-8).
+
+    References:
+        1. Loshchilov, Hutter (2019), Decoupled weight decay regularization (AdamW).
+    """
+
+    def __init__(self, step_size, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
+                 eps: float = 1e-8):
+        # the parent's jax rule is never used: init, update and get_params below replace it
+        super().__init__(1.0, b1=b1, b2=b2, eps=eps)
+        self.lr = step_size if callable(step_size) else (lambda name: step_size)
+        self.weight_decay, self.b1, self.b2, self.eps = weight_decay, b1, b2, eps
+
+    def init(self, params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return jnp.array(0), (params, zeros, zeros)
+
+    def update(self, g, state, value=None):
+        i, (params, m, v) = state
+        b1, b2, eps, weight_decay = self.b1, self.b2, self.eps, self.weight_decay
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g ** 2, v, g)
+        t = i + 1
+        new = {}
+        for name in params:
+            m_hat = jax.tree.map(lambda x: x / (1 - b1 ** t), m[name])
+            v_hat = jax.tree.map(lambda x: x / (1 - b2 ** t), v[name])
+            new[name] = jax.tree.map(
+                lambda p, a, b: p - self.lr(name) * (a / (jnp.sqrt(b) + eps) + weight_decay * p),
+                params[name], m_hat, v_hat)
+        return i + 1, (new, m, v)
+
+    def get_params(self, state):
+        return state[1][0]
