@@ -13,7 +13,7 @@ imported only for Dask inputs (``pip install 'ppl-sparsegp[dask]'``).
 
 and likewise :math:`\mathbf c, \mathbf f_1, \mathbf y^\top\mathbf y, \sum_n y_n, N` [1, §5.2]. Each
 partition's sums are computed where the partition is (a Dask task on a worker) by the same streaming
-pass as in memory (:func:`~ppl_sparsegp.features.fourier_statistics._statistics_pass`: chunks over
+pass as in memory (:func:`~ppl_sparsegp.features.fourier_streaming.statistics_pass`: chunks over
 the worker's JAX devices, the box and NaN checks, ``method="dense"`` or ``"nufft"``), then added in a
 tree whose nodes each add ``split_every`` partial sums, on the workers too. No row reaches the driver:
 each partition sends one tuple of :math:`M^2 + 2M + 3` float64 numbers (M features; e.g. 1.8 MB for
@@ -45,7 +45,8 @@ import jax
 import numpy as np
 
 from .fourier import FourierFeatures
-from .fourier_statistics import _check_x_shape, _mesh, _projection_pass, _select_columns, _spec, _statistics_pass
+from .fourier_streaming import (check_x_shape, device_mesh, feature_spec, projection_pass, select_columns,
+                                statistics_pass)
 
 try:
     import dask
@@ -80,7 +81,7 @@ def _rows_of(X, y, columns, D, *, target=True):
             raise ValueError("X is a DataFrame: name its covariate columns with columns=[...] (one per input "
                              "dimension, in the features' order)" + (" and the target with y='name'"
                                                                     if target else ""))
-        names = _select_columns(X, y, columns, D, target=target)
+        names = select_columns(X, y, columns, D, target=target)
         return X[names].astype("float64").to_dask_array(), None  # row chunks unknown: nothing computed
     if hasattr(y, "to_dask_array"):  # a Dask Series
         y = y.to_dask_array()
@@ -92,7 +93,7 @@ def _rows_of(X, y, columns, D, *, target=True):
         if X.ndim and len(X) != y.shape[0]:
             raise ValueError(f"X has {len(X)} rows but y has {y.shape[0]}")
         X = da.from_array(X, chunks=(y.chunks[0],) + X.shape[1:])
-    shape = _check_x_shape(X, D)
+    shape = check_x_shape(X, D)
     if len(shape) == 1:
         X = X[:, None]
     if X.numblocks[1] > 1:
@@ -143,8 +144,8 @@ def _partition_statistics(Xb, yb, spec, method, eps, chunk_size, offset, where):
         if len(Xb) == 0:  # e.g. a filtered-out Parquet partition
             m = sum(f.num_features for f in features)
             return [np.zeros((m, m)), np.zeros(m), np.zeros(m), np.float64(0), np.float64(0), np.float64(0)]
-        return _statistics_pass(features, Xb, yb, chunk_size=chunk_size, method=method, eps=eps,
-                                mesh=_mesh(None), threads=1, offset=offset, where=where, bucket=True)
+        return statistics_pass(features, Xb, yb, chunk_size=chunk_size, method=method, eps=eps,
+                                mesh=device_mesh(None), threads=1, offset=offset, where=where, bucket=True)
 
 
 def _add(*parts):
@@ -177,7 +178,7 @@ def dask_statistics(features, X, y, *, columns, chunk_size, method, eps, split_e
         # computed twice, so their graphs are kept as they are
         xs, ys = X.to_delayed(optimize_graph=False).ravel(), y.to_delayed(optimize_graph=False).ravel()
     task = dask.delayed(_partition_statistics, pure=True)
-    spec = _spec(features)
+    spec = feature_spec(features)
     parts = [task(xb, yb, spec, method, eps, chunk_size, offset, where)
              for xb, yb, (offset, where) in zip(xs, ys, _locations(X.chunks[0]))]
     return dask.compute(_tree_sum(parts, int(split_every)))[0]
@@ -195,8 +196,8 @@ def _partition_projection(Xb, operands, spec, method, eps, chunk_size, block_inf
         if len(Xb) == 0:
             return np.zeros((0, 2))
         alpha, C, kff = operands
-        mean, var = _projection_pass(features, Xb, alpha, C, kff, chunk_size=chunk_size, method=method,
-                                     eps=eps, mesh=_mesh(None), threads=1, offset=offset, where=where,
+        mean, var = projection_pass(features, Xb, alpha, C, kff, chunk_size=chunk_size, method=method,
+                                     eps=eps, mesh=device_mesh(None), threads=1, offset=offset, where=where,
                                      bucket=True)
     return np.stack([mean, var], axis=1)
 
@@ -204,7 +205,7 @@ def _partition_projection(Xb, operands, spec, method, eps, chunk_size, block_inf
 def dask_conditional(features, X, operands, *, columns, chunk_size, method, eps):
     """Lazy ``(mean, var)`` Dask arrays over X's row blocks; ``operands`` = (α, C, k(x, x)) in float64."""
     X, _ = _rows_of(X, None, columns, len(features), target=False)
-    out = X.map_blocks(_partition_projection, operands=dask.delayed(operands, pure=True), spec=_spec(features),
+    out = X.map_blocks(_partition_projection, operands=dask.delayed(operands, pure=True), spec=feature_spec(features),
                        method=method, eps=eps, chunk_size=chunk_size, chunks=(X.chunks[0], (2,)),
                        dtype=np.float64, meta=np.empty((0, 2), np.float64))
     return out[:, 0], out[:, 1]
