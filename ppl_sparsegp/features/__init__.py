@@ -1,5 +1,6 @@
 """Inducing features: one file per family, its ``Kuu``/``Kuf`` (and where needed ``conditional``,
-``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`."""
+``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`. A family's
+file must be imported here, or its registrations never run."""
 from .base import InducingFeature, OutsideDomainWarning
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
@@ -9,7 +10,8 @@ from .inducing_points import InducingPoints
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from .spherical import SphericalHarmonicFeatures
 from .trigonometric import TrigonometricFeatures
-from . import fourier_statistics  # noqa: E402,F401  (registers VFF's one-pass sufficient_statistics)
+from . import fourier_statistics  # noqa: F401  (registers VFF's one-pass sufficient_statistics)
+from . import precision  # noqa: F401  (registers the float32-on-GPU check of every Kuu)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
            "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",

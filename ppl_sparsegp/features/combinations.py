@@ -30,7 +30,8 @@ from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
 from ..covariances import Kuf, Kuu
-from .base import InducingFeature, constant_kuf, warn_float32
+from .base import InducingFeature, constant_kuf
+from .precision import warn_float32
 from .inducing_points import InducingPoints
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures

@@ -56,7 +56,8 @@ from ..groups import Group
 from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
 from ..linalg import StackedBlockDiag
 from ..covariances import Kuf, Kuu
-from .base import InducingFeature, warn_float32
+from .base import InducingFeature
+from .precision import warn_float32
 
 __all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters"]
 

@@ -8,7 +8,8 @@ from ..parameters import Param, is_concrete
 from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
 from ..covariances import Kuf, Kuu
-from .base import InducingFeature, warn_float32
+from .base import InducingFeature
+from .precision import warn_float32
 
 __all__ = ["InducingPoints"]
 
