@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from numpyro.contrib.einstein import SteinVI
 
-__all__ = ["backends_initialised", "set_host_device_count", "SteinVIWithDivergence", "subsample_indices"]
+__all__ = ["backends_initialised", "set_host_device_count", "SteinVIWithDivergence", "subsample_indices",
+           "inside_model_run", "mcmc_run_arguments"]
 
 
 def backends_initialised() -> bool:
@@ -83,3 +84,28 @@ def subsample_indices(size: int, subsample_size: int, rng_key):
     from numpyro.primitives import _subsample_fn
 
     return _subsample_fn(size, subsample_size, rng_key)
+
+
+def inside_model_run() -> bool:
+    """Whether a NumPyro model is running now (an inference engine or a handler such as ``seed`` is on
+    the stack), so that a primitive may add sample sites. NumPyro keeps its handler stack in the private
+    ``numpyro.primitives._PYRO_STACK`` (empty outside a model's run) and has no public query.
+
+    :returns: True inside a model's run, False outside.
+    """
+    import numpyro.primitives
+
+    return bool(numpyro.primitives._PYRO_STACK)
+
+
+def mcmc_run_arguments(mcmc):
+    """The positional and keyword arguments of the model of the last :meth:`numpyro.infer.MCMC.run`, which
+    NumPyro keeps in the private attributes ``MCMC._args`` and ``MCMC._kwargs`` (no public accessor).
+
+    :param mcmc: a :class:`numpyro.infer.MCMC` that has run.
+    :returns: ``(args, kwargs)``: a tuple and a dict.
+    :raises ValueError: for an MCMC that has not run (NumPyro sets the attributes in ``run``).
+    """
+    if not hasattr(mcmc, "_args"):
+        raise ValueError("mcmc has not run: call mcmc.run(...) first")
+    return mcmc._args, mcmc._kwargs

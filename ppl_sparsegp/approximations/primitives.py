@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
+from ..compat import inside_model_run
 from ..conditionals import conditional, projected_mean
 from ..covariances import Kuu
 from ..features.base import current_feature
@@ -168,7 +169,7 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
 
 def _require_model(primitive: str):
     """Refuse a primitive called outside a model's run (it adds sample sites)."""
-    if not numpyro.primitives._PYRO_STACK:  # NumPyro's handler stack: empty outside a model's run
+    if not inside_model_run():  # NumPyro's handler stack: empty outside a model's run
         raise ValueError(f"{primitive} adds sample sites: call it inside a NumPyro model run by an inference "
                          "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
 

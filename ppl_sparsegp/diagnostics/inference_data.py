@@ -21,8 +21,10 @@ import warnings
 from numpyro.infer import Predictive
 from numpyro.infer import log_likelihood as _numpyro_log_likelihood
 
+from ..compat import mcmc_run_arguments
 from ..grid import Grid
 from ._arviz import _quiet_arviz, az
+from .traces import model_trace
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "MAX_POINTWISE", "SVI_GROUP"]
 
@@ -203,14 +205,13 @@ def _marginal_loo(idata, mcmc):
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model."""
     from ..approximations.marginal import MarginalGaussian
-    from .refinement import model_trace
 
     def base(fn):
         while not isinstance(fn, MarginalGaussian) and hasattr(fn, "base_dist"):
             fn = fn.base_dist
         return fn
 
-    model, args, kwargs = mcmc.sampler.model, mcmc._args, mcmc._kwargs
+    model, (args, kwargs) = mcmc.sampler.model, mcmc_run_arguments(mcmc)
     samples = mcmc.get_samples(group_by_chain=True)
     C, S = next(iter(samples.values())).shape[:2]
     flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}

@@ -41,6 +41,7 @@ from numpyro.infer.util import log_density
 from ..features.base import refined_features
 from ._arviz import az
 from .prediction import _thin, posterior_samples
+from .traces import model_trace
 
 __all__ = ["refinement_check"]
 
@@ -48,12 +49,6 @@ _K_HAT_MAX = 0.7  # PSIS's threshold: above it the draws cannot reach the refine
 
 #: hyperparameters: latent sites with at most this many values per draw (inducing sites are larger)
 MAX_HYPER_SIZE = 16
-
-
-def model_trace(model, draw, args, kwargs):
-    """The trace of ``model(*args, **kwargs)`` with the sites in ``draw`` substituted (seeded, blocked)."""
-    with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
-        return handlers.trace(model).get_trace(*args, **kwargs)
 
 
 def _latent(trace) -> dict:
