@@ -7,6 +7,7 @@ from .fourier import FourierFeatures
 from .harmonic import HarmonicFeatures
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
+from .integral_transform import IntegralTransformFeatures
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from .spherical import SphericalHarmonicFeatures
 from .trigonometric import TrigonometricFeatures
@@ -15,4 +16,5 @@ from . import precision  # noqa: F401  (registers the float32-on-GPU check of ev
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
            "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
-           "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures"]
+           "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
+           "IntegralTransformFeatures"]
