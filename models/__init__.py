@@ -6,7 +6,7 @@ Every ``models/<name>.py`` defines
 * ``add_arguments(parser)`` (optional): model-specific command-line flags;
 * ``build(args) -> ModelSpec``: loads the data and returns the model with its defaults.
 
-The runner (``python -m inference fit <name> --method svi|nuts|stein``) only uses :class:`ModelSpec`.
+The runner (``python -m inference fit <name> --method svi|nuts|stein|map``) only uses :class:`ModelSpec`.
 Imports run one way: ``inference → models → ppl_sparsegp``.
 """
 from __future__ import annotations

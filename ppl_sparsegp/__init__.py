@@ -1,24 +1,30 @@
 """ppl_sparsegp: large-scale Gaussian processes in NumPyro through spectral and inter-domain features.
 
-Architecture (floors run bottom-up; a module imports only from its own floor or below, which
-``tests/test_layers.py`` checks):
+Architecture (floors run bottom-up; a module imports only from lower floors and, inside its own folder,
+from siblings that do not import it back, which ``tests/test_layers.py`` checks; the file list is
+``docs/architecture.md``, which a test keeps complete):
 
-* ground: :mod:`.parameters` (templates: a number is fixed, a distribution a prior, :class:`Param` a point
-  estimate), :mod:`.linalg` (structured PSD operators), :mod:`.kernels`, :mod:`.grid`, :mod:`.groups`,
-  :mod:`.likelihoods`, :mod:`.covariances` (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics``
-  dispatchers), :mod:`.gaussian` (the structured Gaussian and its KL), :mod:`.compat` (the only use of
-  private JAX/NumPyro APIs);
-* 1: :mod:`.conditionals` (the default q(u) → q(f)), :mod:`.features` (one file per family, registering
-  into the dispatchers);
-* 2: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
-  :mod:`.stein` (Stein particle inference);
-* 3: :mod:`.diagnostics` (every ArviZ call, metrics, plots); side: :mod:`.datasets`.
+* 0: :mod:`.compat` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
+  fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
+  per-device blocks), :mod:`.datasets`;
+* 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
+  (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers);
+* 2: :mod:`.kernels` (stationary, periodic, zonal and sphere kernels, sums and products),
+  :mod:`.gaussian` (the structured Gaussian and its KL);
+* 3: :mod:`.groups`; 4: :mod:`.conditionals` (the default q(u) → q(f));
+* 5: :mod:`.features` (one file per family, registering into the dispatchers);
+* 6: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
+  :mod:`.optim` (AdamW, schedules);
+* 7: :mod:`.stein` (Stein particle inference); 8: :mod:`.diagnostics` (every ArviZ call, metrics,
+  plots); 9: :mod:`.fits` (saving and loading fits).
 
 A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
-registration where its structure allows something faster), and its tests. Nothing else changes.
+registration where its structure allows something faster), its import in ``features/__init__.py`` (else
+the registrations never run) and its tests; ``features/integral_transform.py`` is the example. The
+approximations do not change.
 """
-from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, stein  # noqa: F401
+from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
                              full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp,
@@ -58,5 +64,5 @@ __all__ = [
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
-    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "stein",
+    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein",
 ]

@@ -52,7 +52,8 @@ function, so there is one implementation of each formula.
 
 References:
     1. Warren, Oliveira, Ramos (2024), Stein random feature regression, UAI.
-    2. Implementer's notes ``shared/notes/srf.md`` (bandwidth, annealing, code-only details).
+    2. Implementer's notes ``shared/notes/srf.md`` (bandwidth, annealing, code-only details), kept
+       beside the repository (not shipped with it).
     3. Liu, Wang (2016), Stein variational gradient descent; Rønning et al. (2024), ELBOing Stein
        (numpyro.contrib.einstein).
     4. Loshchilov, Hutter (2019), Decoupled weight decay regularization (AdamW).

@@ -1,9 +1,12 @@
-"""The architecture's one rule: imports inside ppl_sparsegp run downwards only (the floors of the package
-docstring). Every import statement of every module (top level or inside a function) is read from the
-source and checked against the floor table; a module may import modules on lower floors and siblings in
-its own package, nothing on its own floor or above."""
+"""The architecture's rules: imports inside ppl_sparsegp run downwards only (the floors of the package
+docstring), no two modules import each other (directly or round a longer circle, siblings included), and
+``docs/architecture.md`` names every module file. Every import statement of every module (top level or
+inside a function) is read from the source and checked against the floor table; a module may import
+modules on lower floors and siblings in its own package that do not import it back, nothing on its own
+floor or above."""
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -83,3 +86,124 @@ def test_the_walker_sees_relative_and_absolute_imports(tmp_path):
     finally:
         fake.unlink()
     assert found == ["covariances", "diagnostics", "stein"]
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+NAMES = {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _imported_modules(path: pathlib.Path):
+    """(line, module) for every ppl_sparsegp module the file imports (top level or in a function):
+    ``from .x import y`` names ``...x.y`` where that is a module, else ``...x``."""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + (node.module.split(".") if node.module else []))
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in NAMES else mod for a in node.names]
+        else:
+            continue
+        for name in targets:
+            while name and name not in NAMES:  # ``import ppl_sparsegp.x.y as z``: the deepest module
+                name = name.rpartition(".")[0]
+            if name.startswith("ppl_sparsegp"):
+                yield node.lineno, name
+
+
+def _circles(graph: dict) -> list:
+    """One import circle (a list of modules, first = last) per strongly connected component with a cycle."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _graph(paths) -> dict:
+    """{module: {the modules it imports}} (a package is its ``__init__``)."""
+    return {_module_name(p): {m for _, m in _imported_modules(p) if m != _module_name(p)} for p in paths}
+
+
+def test_no_import_circle_between_modules():
+    """No circle of imports between modules, siblings included, function-level imports included (a
+    function-level import hides a circle from Python, not from the reader)."""
+    circles = _circles(_graph(ROOT.rglob("*.py")))
+    assert not circles, "import circles (modules importing each other): " + "; ".join(map(" <-> ".join, circles))
+
+
+def test_the_circle_check_finds_a_function_level_circle(tmp_path):
+    """The checker itself: two sibling probes, one importing the other at top level and the other
+    importing it back inside a function, form a circle."""
+    a, b = ROOT / "features" / "_circle_probe_a.py", ROOT / "features" / "_circle_probe_b.py"
+    try:
+        a.write_text("from ._circle_probe_b import g\n")
+        b.write_text("def g():\n    from . import _circle_probe_a\n    return _circle_probe_a\n")
+        NAMES.update({_module_name(a): a, _module_name(b): b})
+        circles = _circles(_graph([a, b]))
+    finally:
+        a.unlink()
+        b.unlink()
+        NAMES.pop(_module_name(a), None)
+        NAMES.pop(_module_name(b), None)
+    assert circles == [["ppl_sparsegp.features._circle_probe_a", "ppl_sparsegp.features._circle_probe_b"]]
+
+
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def _listed_files(text: str) -> set:
+    """The module files the file list of the architecture page names: a top-level ``name.py`` by name, a
+    file of a folder by its stem inside that folder's entry (the lines from ``  folder/`` to the next
+    entry)."""
+    block = text.split("```\nppl_sparsegp/", 1)[1].split("```", 1)[0]
+    listed, folder = set(), None
+    for line in block.splitlines():
+        entry = line[2:].split(" ", 1)[0] if line.startswith("  ") and not line.startswith("   ") else None
+        if entry:
+            folder = entry.rstrip("/") if entry.endswith("/") else None
+            if entry.endswith(".py"):
+                listed.add(entry)
+            rest = line[2 + len(entry):]
+        else:
+            rest = line
+        if folder:
+            listed |= {f"{folder}/{word}.py" for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rest)}
+            listed.add(f"{folder}/__init__.py")
+    return listed
+
+
+def test_the_architecture_page_names_every_module_file():
+    """docs/architecture.md names every module file of ppl_sparsegp, so the page cannot fall behind the tree."""
+    files = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if p.name != "__init__.py" or p.parent != ROOT}
+    missing = sorted(files - _listed_files(ARCHITECTURE.read_text()))
+    assert not missing, f"add these files to the file list of docs/architecture.md: {missing}"
