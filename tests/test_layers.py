@@ -207,3 +207,12 @@ def test_the_architecture_page_names_every_module_file():
     files = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if p.name != "__init__.py" or p.parent != ROOT}
     missing = sorted(files - _listed_files(ARCHITECTURE.read_text()))
     assert not missing, f"add these files to the file list of docs/architecture.md: {missing}"
+
+
+def test_the_architecture_page_lists_every_benchmark():
+    """Every ``inference/benchmarks/<name>.py`` (the harness aside) is named in the page's benchmark list."""
+    text = ARCHITECTURE.read_text()
+    listed = text.split("Benchmarks: `python -m inference.benchmarks.<name> [--quick]`", 1)[1].split("; all run", 1)[0]
+    names = {p.stem for p in (ROOT.parent / "inference" / "benchmarks").glob("*.py")} - {"__init__", "harness"}
+    missing = sorted(n for n in names if f"`{n}`" not in listed)
+    assert not missing, f"add these benchmarks to the list in docs/architecture.md: {missing}"
