@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SPHINX := $(PY) -m sphinx -n -W --keep-going -b html docs docs/_build/html
 
-.PHONY: demo test test-slow docs docs-fast wheel-check
+.PHONY: demo test test-slow docs docs-fast wheel-check lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ docs: $(VENV)/.installed-docs
 # the same without executing the notebooks (what CI builds): a broken reference or docstring still fails
 docs-fast: $(VENV)/.installed-docs
 	PPL_SPARSEGP_DOCS_EXECUTE=0 $(SPHINX)
+
+# ruff with the configuration of pyproject.toml ([tool.ruff]: NumPyro's E, F, I, W rules at 120 columns)
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
 
 # build the wheel and sdist, install the wheel into a fresh venv outside the repository, import and fit there
 wheel-check: $(VENV)/.installed-test

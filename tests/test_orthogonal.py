@@ -200,7 +200,9 @@ def test_trig_basis_is_orthonormal_and_kuf_equals_quadrature(basis_name):
     for m in range(M):
         for n, x in enumerate(xs):
             # the cas form: the parity split inside the library must reproduce it
-            f = lambda w: math.sqrt(spectral(kernel, w)) * basis(m, w) * (math.cos(w * x) + math.sin(w * x))
+            def f(w, m=m, x=x):
+                return math.sqrt(spectral(kernel, w)) * basis(m, w) * (math.cos(w * x) + math.sin(w * x))
+
             ref = integrate.quad(f, -a, a, limit=200)[0] / math.sqrt(2 * math.pi)
             np.testing.assert_allclose(K[m, n], ref, atol=1e-9)
 
@@ -516,8 +518,9 @@ def test_additive_monte_carlo_is_unbiased():
 
 
 def test_models_build_and_standardise():
-    from models import uci_vof, vof_regression
     import argparse
+
+    from models import uci_vof, vof_regression
 
     parser = argparse.ArgumentParser()
     vof_regression.add_arguments(parser)

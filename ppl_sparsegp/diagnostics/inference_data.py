@@ -13,13 +13,13 @@ References:
 """
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
-import warnings
-from numpyro.infer import Predictive
-from numpyro.infer import log_likelihood as _numpyro_log_likelihood
+from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
 from ..compat import mcmc_run_arguments
 from ..grid import Grid

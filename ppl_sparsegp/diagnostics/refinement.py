@@ -33,7 +33,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro import handlers
 from numpyro.diagnostics import effective_sample_size
 from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.util import log_density

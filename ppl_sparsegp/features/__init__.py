@@ -1,6 +1,8 @@
 """Inducing features: one file per family, its ``Kuu``/``Kuf`` (and where needed ``conditional``,
 ``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`. A family's
 file must be imported here, or its registrations never run."""
+# import-time registrations: VFF's one-pass sufficient_statistics; the float32-on-GPU check of every Kuu
+from . import fourier_statistics, precision  # noqa: F401
 from .base import InducingFeature, OutsideDomainWarning
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
@@ -11,10 +13,8 @@ from .integral_transform import IntegralTransformFeatures
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from .spherical import SphericalHarmonicFeatures
 from .trigonometric import TrigonometricFeatures
-from . import fourier_statistics  # noqa: F401  (registers VFF's one-pass sufficient_statistics)
-from . import precision  # noqa: F401  (registers the float32-on-GPU check of every Kuu)
 
-__all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
-           "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
+__all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures",
+           "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
            "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
            "IntegralTransformFeatures"]

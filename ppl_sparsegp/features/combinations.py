@@ -26,15 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..conditionals import conditional
+from ..covariances import Kuf, Kuu
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
-from ..covariances import Kuf, Kuu
 from .base import InducingFeature, constant_kuf
-from .precision import warn_float32
-from .inducing_points import InducingPoints
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
+from .inducing_points import InducingPoints
+from .precision import warn_float32
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]

@@ -45,8 +45,14 @@ import jax
 import numpy as np
 
 from .fourier import FourierFeatures
-from .fourier_streaming import (check_x_shape, device_mesh, feature_spec, projection_pass, select_columns,
-                                statistics_pass)
+from .fourier_streaming import (
+    check_x_shape,
+    device_mesh,
+    feature_spec,
+    projection_pass,
+    select_columns,
+    statistics_pass,
+)
 
 try:
     import dask

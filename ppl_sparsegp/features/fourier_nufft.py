@@ -35,7 +35,8 @@ i.e. about 1–2 × eps. **Documented guarantee: relative error < 1e-9 at the de
 **Prediction** uses the adjoints: the per-point quadratic form :math:`\boldsymbol\phi_n^\top C
 \boldsymbol\phi_n = \partial\langle C, A(\mathbf w)\rangle/\partial w_n` and the mean
 :math:`\boldsymbol\phi_n^\top\boldsymbol\alpha` are type-2 NUFFTs (:func:`chunk_projection`), so
-:func:`~ppl_sparsegp.features.fourier_statistics.fourier_conditional` streams the predictive marginals of any number of points in O(n w² D²) too.
+:func:`~ppl_sparsegp.features.fourier_statistics.fourier_conditional` streams the predictive marginals of any
+number of points in O(n w² D²) too.
 
 ``method="nufft"`` needs ``jax-finufft`` (``nufft1``/``nufft2``; checked with jax 0.10.2, jax-finufft
 1.3.1, FINUFFT 2.5.0); without it only ``method="dense"`` is available. All inputs are padded to the

@@ -50,8 +50,16 @@ from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from ..kernels import Additive, Kernel, Matern12, Matern32, Matern52, constant_kernel_diagonal
 from .combinations import AdditiveFeatures
 from .fourier import FourierFeatures
-from .fourier_streaming import (METHODS, check_method, device_mesh, is_dask, projection_pass, refuse_devices,
-                                select_columns, statistics_pass)
+from .fourier_streaming import (
+    METHODS,
+    check_method,
+    device_mesh,
+    is_dask,
+    projection_pass,
+    refuse_devices,
+    select_columns,
+    statistics_pass,
+)
 
 __all__ = ["fourier_statistics", "fourier_conditional", "fourier_box_features", "METHODS"]
 

@@ -48,8 +48,8 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential
 from ..linalg import Identity
 from ..parameters import Param
-from .base import InducingFeature
 from ._vof import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
+from .base import InducingFeature
 
 __all__ = ["HermiteFeatures", "hermite_width", "hermite_unresolved"]
 

@@ -62,9 +62,16 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
+from ._vof import (
+    INV_SQRT_2PI,
+    check_num_features,
+    fewest_resolving,
+    initial_value,
+    one_column,
+    rule_inputs,
+    scalar_field,
+)
 from .base import InducingFeature
-from ._vof import (INV_SQRT_2PI, check_num_features, fewest_resolving, initial_value, one_column, rule_inputs,
-                   scalar_field)
 
 __all__ = ["TrigonometricFeatures", "mc_moments", "monte_carlo_conditional", "quadrature_nodes", "ESTIMATORS",
            "BASES"]

@@ -26,11 +26,12 @@ References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
     2. Rasmussen, Williams (2006), Gaussian Processes for Machine Learning, §4.2.
 """
-from .base import Kernel, as_points, check_inputs
+from .base import Kernel, as_points, check_inputs  # noqa: F401  (as_points: kept importable from here)
 from .combinations import Additive, Product, _Combination, constant_kernel_diagonal  # noqa: F401
 from .periodic import Periodic
 from .stationary import Matern12, Matern32, Matern52, SquaredExponential, Stationary, _Matern  # noqa: F401
 from .zonal import ArcCosine, ChordalMatern, SphereEmbedded, Zonal
 
-__all__ = ["Periodic", "SphereEmbedded", "Zonal", "ArcCosine", "ChordalMatern", "constant_kernel_diagonal", "Kernel", "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52",
-           "Additive", "Product", "check_inputs"]
+__all__ = ["Periodic", "SphereEmbedded", "Zonal", "ArcCosine", "ChordalMatern", "constant_kernel_diagonal", "Kernel",
+           "Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52", "Additive", "Product",
+           "check_inputs"]

@@ -17,8 +17,9 @@ class SphereEmbedded(Kernel):
     r"""A kernel of (lon, lat) inputs in degrees through the unit sphere:
     :math:`k(\mathbf x,\mathbf x') = k_0(e(\mathbf x), e(\mathbf x'))` with
     :math:`e(\lambda,\varphi) = (\cos\varphi\cos\lambda, \cos\varphi\sin\lambda, \sin\varphi)`, as the
-    paper's earth-elevation model (Sun et al. 2021, §6.1). Invariant under :class:`~ppl_sparsegp.groups.LongitudeRotation` when ``base`` is
-    isotropic stationary (a rotation about the polar axis preserves Euclidean distances).
+    paper's earth-elevation model (Sun et al. 2021, §6.1). Invariant under
+    :class:`~ppl_sparsegp.groups.LongitudeRotation` when ``base`` is isotropic stationary (a rotation about the
+    polar axis preserves Euclidean distances).
 
     :param base: a kernel on 3-D inputs.
     """
