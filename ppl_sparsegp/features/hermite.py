@@ -1,25 +1,10 @@
 r"""Hermite features: variational orthogonal features (VOF, :math:`K_{uu} = I`) for the squared-exponential
 kernel in 1-D [1, §3.1.1, App. B].
 
-For an orthonormal set :math:`\{\psi_m\}` in :math:`L^2(\mathbb R)` the features
-:math:`u_m = \int g_m(x) f(x)\,dx` with :math:`g_m \propto \mathcal F^{-1}[\psi_m/\sqrt{s}]` are
-uncorrelated with unit variance [1, Prop. 1], so :math:`K_{uu}` is the :class:`~ppl_sparsegp.linalg.Identity`
-operator and the KL against :math:`p(\mathbf u) = \mathcal N(0, I)` costs O(M) (diagonal S) or O(M²)
-(Cholesky S) through :func:`~ppl_sparsegp.gaussian.gaussian_kl`. In the library's spectral convention
-(:mod:`ppl_sparsegp.kernels`: :math:`k(r) = (2\pi)^{-1}\int s(\omega)e^{i\omega r}d\omega`) and for real
-:math:`\psi_m` that are even or odd,
-
-.. math::
-
-    K_{uf}[m](x) = (2\pi)^{-1/2}\int \sqrt{s(\omega)}\,\psi_m(\omega)\,\mathrm{trig}_m(\omega x)\,d\omega,
-    \qquad \mathrm{trig}_m = \cos \text{ (}\psi_m\text{ even)},\ \sin \text{ (}\psi_m\text{ odd)},
-
-(the real form of eq. 8 of [1]; notes §1.2 [2], the paper's :math:`(2\pi)^{-1/4}` with its unitary
-:math:`s_\text{paper} = s/\sqrt{2\pi}`), and :math:`\sum_m K_{uf}[m](x)K_{uf}[m](x')` converges to
-:math:`k(x, x')` when :math:`\{\psi_m\}` spans :math:`L^2(\mathbb R)`, to the band-limited kernel
-:math:`(2\pi)^{-1}\int_{-a}^{a}s(\omega)\cos(\omega(x-x'))d\omega` when it spans :math:`L^2[-a,a]`.
-Both families carry a fixed ``centre`` c (inputs enter as x − c; by stationarity the features stay
-orthonormal).
+Features :math:`u_m = \int g_m(x) f(x)\,dx` built on an orthonormal set :math:`\{\psi_m\}` of
+:math:`L^2(\mathbb R)` are uncorrelated with unit variance [1, Prop. 1], so :math:`K_{uu}` is the
+:class:`~ppl_sparsegp.linalg.Identity` operator (the general construction and the real form of
+:math:`K_{uf}`: :mod:`~ppl_sparsegp.features.trigonometric`). Here :math:`\psi_m` are Hermite functions:
 
 * :class:`HermiteFeatures` (SE kernel, 1-D): closed-form :math:`K_{uf}` [1, §3.1.1], parameterised by the
   input-density scale :math:`\sigma_p` of the equivalent eigenfunction features [1, App. B], so that the

@@ -90,12 +90,8 @@ __all__ = ["IntegralTransformFeatures"]
 
 
 def _shape(x):
-    """The shape of a field: an array's, a Param's initial value's, a prior's sample shape."""
-    if isinstance(x, Param):
-        return tuple(np.shape(x.init))
-    if isinstance(x, Distribution):
-        return tuple(x.shape())
-    return tuple(jnp.shape(x))
+    """The shape of an array, a tracer or a Param's initial value."""
+    return tuple(np.shape(x.init) if isinstance(x, Param) else jnp.shape(x))
 
 
 def _value(x):
@@ -113,7 +109,8 @@ class IntegralTransformFeatures(InducingFeature):
 
     :math:`K_{uu}` is a :class:`~ppl_sparsegp.linalg.Dense` operator (M, M) with relative jitter;
     :math:`K_{uf}` (M, N) is the windowed, modulated kernel. Any field may be a fixed array, a
-    :class:`~ppl_sparsegp.Param` (optimised by SVI, sites ``feature_<field>``) or a prior.
+    :class:`~ppl_sparsegp.Param` (optimised by SVI, sites ``feature_<field>``) or a prior, except
+    ``frequencies``, whose shape fixes M and D (an array or a Param).
 
     :param frequencies: :math:`\boldsymbol\omega_m`, shape (M, D) (angular frequencies).
     :param centres: :math:`\boldsymbol\mu_m`, shape (M, D).
@@ -144,6 +141,8 @@ class IntegralTransformFeatures(InducingFeature):
                 raise ValueError(f"centres must have the shape (M, D) of frequencies "
                                  f"{None if W is None else W.shape}, got shape {C.shape}")
             check_finite(C, "centres")
+        if isinstance(frequencies, Distribution):
+            raise ValueError("frequencies must be an array or a Param (their shape fixes M and D), got a prior")
         shape = _shape(frequencies)
         if len(shape) != 2:
             raise ValueError(f"frequencies must have shape (M, D), got shape {shape}")

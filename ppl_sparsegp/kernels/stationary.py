@@ -5,20 +5,9 @@ Every kernel has ``variance`` :math:`\sigma^2` and ``lengthscale`` :math:`\ell` 
 input dimension), evaluates its Gram matrix ``k(X1, X2)`` for inputs of shape (N, D), its ``diag(X)``, its
 ``spectral_density(omega)`` and draws ``sample_frequencies(key, n, input_dim)``.
 
-**Spectral convention (the only one in the library).** For a stationary kernel
-:math:`k(\mathbf x, \mathbf x') = \kappa(\mathbf r)`, :math:`\mathbf r = \mathbf x - \mathbf x'`,
-
-.. math::
-
-    s(\boldsymbol\omega) = \int_{\mathbb R^D} \kappa(\mathbf r)\, e^{-i\boldsymbol\omega^\top\mathbf r}\,
-    d\mathbf r, \qquad
-    \kappa(\mathbf r) = (2\pi)^{-D}\int s(\boldsymbol\omega)\, e^{i\boldsymbol\omega^\top\mathbf r}\,
-    d\boldsymbol\omega,
-
-with angular frequency :math:`\boldsymbol\omega`. The normalised spectral density that random Fourier
-features sample from is :math:`p(\boldsymbol\omega) = s(\boldsymbol\omega) / ((2\pi)^D\sigma^2)`, so
-:math:`\kappa(\mathbf r) = \sigma^2\,\mathbb E_p[\cos(\boldsymbol\omega^\top\mathbf r)]`. In 1-D this is
-the convention of the VFF paper [1], e.g. Matérn-1/2: :math:`s(\omega) = 2\sigma^2\lambda/(\lambda^2+\omega^2)`.
+The spectral convention (the only one in the library, :mod:`ppl_sparsegp.kernels`): :math:`s(\boldsymbol
+\omega) = \int\kappa(\mathbf r)e^{-i\boldsymbol\omega^\top\mathbf r}d\mathbf r` with angular frequency
+:math:`\boldsymbol\omega`, the VFF paper's [1] in 1-D.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
