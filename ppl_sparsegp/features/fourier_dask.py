@@ -13,7 +13,7 @@ imported only for Dask inputs (``pip install 'ppl-sparsegp[dask]'``).
 
 and likewise :math:`\mathbf c, \mathbf f_1, \mathbf y^\top\mathbf y, \sum_n y_n, N` [1, §5.2]. Each
 partition's sums are computed where the partition is (a Dask task on a worker) by the same streaming
-pass as in memory (:func:`~ppl_sparsegp.features.fourier_streaming.statistics_pass`: chunks over
+pass as in memory (``fourier_streaming.statistics_pass``: chunks over
 the worker's JAX devices, the box and NaN checks, ``method="dense"`` or ``"nufft"``), then added in a
 tree whose nodes each add ``split_every`` partial sums, on the workers too. No row reaches the driver:
 each partition sends one tuple of :math:`M^2 + 2M + 3` float64 numbers (M features; e.g. 1.8 MB for

@@ -2,7 +2,7 @@ r"""The per-chunk mathematics of VFF's one-pass statistics (:mod:`~ppl_sparsegp.
 the sums :math:`A = \sum_n w_n\boldsymbol\phi_n\boldsymbol\phi_n^\top`, :math:`\mathbf c`, :math:`\mathbf f_1`
 of one chunk of rows (:func:`chunk_statistics`) and the predictive projections (:func:`chunk_projection`),
 by the dense basis or by non-uniform FFTs. The streaming over chunks and devices is
-:mod:`~ppl_sparsegp.features.fourier_streaming`.
+``features/fourier_streaming.py``.
 
 **Two exact identities make every block a non-uniform FFT** [1, §5 remark; this module]. With
 :math:`\theta = 2\pi(x-a)/(b-a)` the basis is :math:`[\cos j\theta]_{j<M}, [\sin j\theta]_{1\le j<M}`,

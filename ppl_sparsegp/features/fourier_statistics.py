@@ -18,7 +18,7 @@ blocks :math:`A^{(de)} = \sum_n \boldsymbol\phi^{(d)}(x_{nd})\boldsymbol\phi^{(e
 The sums of one chunk, by the dense basis or by non-uniform FFTs (two exact identities make every
 block of A a type-1 NUFFT, and the predictive projections type-2 ones; the documented accuracy and the
 ``jax-finufft`` requirement), are in :mod:`~ppl_sparsegp.features.fourier_nufft`; the streaming over
-chunks and devices in :mod:`~ppl_sparsegp.features.fourier_streaming`. Cost per chunk of n rows:
+chunks and devices in ``features/fourier_streaming.py``. Cost per chunk of n rows:
 O(n w² D²) with ``method="nufft"`` (w ≈ 13 at eps = 1e-12) instead of O(n M² D²) with
 ``method="dense"``; max-norm relative error below 1e-9 at the default eps.
 

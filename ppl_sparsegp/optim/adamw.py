@@ -15,8 +15,8 @@ class AdamW(Adam):
     (optax's ``chain(scale_by_adam(), add_decayed_weights(λ), scale(-η))``, the authors' optimiser).
 
     A :class:`numpyro.optim.Adam` whose public ``init``, ``update`` and ``get_params`` (the methods SVI,
-    SteinVI and :func:`svgd` call; ``eval_and_update`` goes through them) implement the rule above, as
-    numpyro's own ``ClippedAdam`` overrides ``update``. The state is ``(step, (params, m, v))`` with
+    SteinVI and :func:`~ppl_sparsegp.stein.svgd` call; ``eval_and_update`` goes through them) implement the
+    rule above, as numpyro's own ``ClippedAdam`` overrides ``update``. The state is ``(step, (params, m, v))`` with
     params a dict by name.
 
     :param step_size: η for every parameter, or a callable ``name -> η`` (by the param's name).
