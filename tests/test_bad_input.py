@@ -201,6 +201,8 @@ CASES = [
      ValueError, ["samples", "draws"]),
     ("save_fit/own model, model_args not a dict", lambda tmp: _save_own(tmp, ell_model, GOOD_DRAWS, model_args=[x])(),
      TypeError, ["model_args", "dict"]),
+    ("save_fit/an approximation's .model", lambda tmp: _save_own(tmp, psg.SparseGP(VFF, K).model, GOOD_DRAWS)(),
+     TypeError, ["gp", "itself"]),
     ("save_fit/neither", lambda tmp: _save_own(tmp, 3, GOOD_DRAWS)(), TypeError, ["gp", "model function"]),
     ("load_fit/no file", lambda tmp: load_fit(str(tmp / "none.npz")), FileNotFoundError, ["none.npz"]),
 ]

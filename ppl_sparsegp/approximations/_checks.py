@@ -35,7 +35,7 @@ def check_pair(feature, kernel, what: str):
                         f"priors), got {type(kernel).__name__}")
     if isinstance(feature, FourierFeatures) and isinstance(kernel, Periodic) and isinstance(
             kernel.period, (Distribution, Param)):
-        raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box [a, b] = "
+        raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box [a, b] = "  # noqa: TRY004
                          f"[{feature.a:g}, {feature.b:g}] is one period, so the period cannot be sampled; give "
                          f"period={feature.b - feature.a:g} (a number), or use features that do not fix it "
                          f"(InducingPoints) to learn the period")
@@ -114,10 +114,9 @@ def check_marginal_gps(name: str, named: list):
     check_new_sites(sites, name)
 
 
-def check_noise_shape(noise, y):
-    """σ is one number (or one per output of the enclosing plates, y's leading axes)."""
-    shape, batch = tuple(jnp.shape(noise)), tuple(jnp.shape(y)[:-1]) if y is not None else ()
-    if shape and shape != batch:
-        raise ValueError(f"noise must be one standard deviation (a scalar), or one per output with y's leading "
-                         f"shape {batch}; got shape {shape}. For noise that varies with the input, use spectral_gp "
-                         f"with dist.Normal(f, noise) instead")
+def check_noise_shape(noise):
+    """σ is one number, shared by the observations and by the outputs of enclosing plates."""
+    if jnp.shape(noise):
+        raise ValueError(f"noise must be one standard deviation (a scalar, shared by every observation and output), "
+                         f"got shape {jnp.shape(noise)}; sample a noise prior outside any plate. For noise that varies "
+                         f"with the input or the output, use spectral_gp with dist.Normal(f, noise) instead")

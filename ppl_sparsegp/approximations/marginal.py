@@ -401,9 +401,10 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         ``<gp name>_kernel_<field>``), each feature is concrete.
     :param X: inputs (N, D), or (N,) for one input dimension, shared by every GP.
     :param y: observations (..., N); leading axes are outputs of an enclosing ``numpyro.plate`` (each
-        its own GPs and mean weights, the hyperparameters shared). None: y is sampled (prior predictive).
-    :param noise: the noise standard deviation σ > 0: a number, a value sampled by the model, or a NumPyro
-        distribution (sampled as ``<name>_noise``).
+        its own GPs and mean weights, the hyperparameters shared; a y without the plate's axis is refused:
+        broadcast it yourself where every output sees the same data). None: y is sampled (prior predictive).
+    :param noise: the noise standard deviation σ > 0, a scalar: a number, a value sampled by the model, or a
+        NumPyro distribution with positive support (sampled as ``<name>_noise``).
     :param mean_basis: optional H (N, P) (or (N,)): the parametric mean Hβ, e.g.
         ``jnp.stack([jnp.ones(N), t], 1)`` for a linear trend.
     :param mean_prior: the Gaussian prior of β (``dist.Normal`` with P entries, or
@@ -433,7 +434,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     if isinstance(noise, Distribution):
         noise = numpyro.sample(f"{name}_noise", check_positive_prior(noise, f"noise (site '{name}_noise')"))
     check_positive(noise, "noise")
-    _checks.check_noise_shape(noise, y)
+    _checks.check_noise_shape(noise)
     s2 = jnp.asarray(noise, dtype) ** 2
     if y is not None:
         with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
