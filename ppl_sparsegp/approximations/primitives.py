@@ -137,7 +137,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     **Several latent functions over one basis** (multi-output, hierarchical): call it inside
     ``numpyro.plate("outputs", K)``; the inducing site gets the plate's batch shape (K, M') and f comes
     back as (K, N), at the cost of one ``Kuf`` and one ``Kuu`` for all K (the hyperparameters are shared;
-    give each output its own amplitude by scaling f with a per-output site). With
+    give each output its own amplitude by scaling f with a per-output site; a kernel template inside the
+    plate would sample one value per output, so it is refused: sample before the plate). With
     ``batched_kernel=True`` each output has its own hyperparameters: every kernel hyperparameter with a
     leading axis of the plate's size K holds one value per output (a scalar is shared; a template's
     priors sampled inside the plate give exactly that; for concrete values, per output and per

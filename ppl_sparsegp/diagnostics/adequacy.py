@@ -118,6 +118,7 @@ def add_adequacy(idata, result: dict):
     (either may come first). It survives :func:`save` / :func:`load`.
 
     :returns: ``idata``.
+    :raises TypeError: when ``result`` is not a dict; ``ValueError`` when it lacks keys of either result.
     """
     _check_result(result)
     old = getattr(idata, "adequacy", None)

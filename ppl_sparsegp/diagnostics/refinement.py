@@ -114,7 +114,8 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         weights' effective sample size), ``shift_is`` and ``shift_refit`` (``{site: sd}``; the refit's net of
         twice its Monte Carlo error ``mcse_refit``, the raw distance in ``shift_refit_raw``), ``refit_mean``
         (``{site: mean}``) and ``features`` (the features' descriptions before and after).
-    :raises ValueError: for empty draws, a threshold ≤ 0, or a model without refinable features.
+    :raises ValueError: for empty or ragged draws, fewer than 2 draws, a model site missing from ``samples``,
+        ``max_draws`` < 2, a threshold ≤ 0, or a model without refinable features.
     """
     if not threshold > 0:
         raise ValueError(f"threshold must be a positive number of posterior sd, got {threshold!r}")
