@@ -424,6 +424,20 @@ def _check_params(params, who: str) -> dict:
     return dict(params)
 
 
+def _own_model(model, samples, model_args):
+    """An own model's fit: its draws ``{site: (draws, ...)}`` and the arguments prediction needs, checked."""
+    if not callable(model) or not isinstance(samples, Mapping) or isinstance(getattr(model, "__self__", None), GPModel):
+        raise TypeError(f"save_fit: gp must be an approximation (SparseGP, CollapsedGP, SparseSpectrumGP; itself, not "
+                        f"its .model) or the NumPyro model function of an own-model fit with its samples {{site: "
+                        f"(draws, ...)}} (mcmc.get_samples()), got {type(model).__name__} and {type(samples).__name__}")
+    counts = {k: int(np.shape(v)[0]) if np.ndim(v) else 0 for k, v in _check_params(samples, "save_fit").items()}
+    if len(set(counts.values())) > 1 or 0 in counts.values():
+        raise ValueError(f"save_fit: samples needs the same number of draws (≥ 1) on every site, got {counts}")
+    if model_args is not None and not isinstance(model_args, Mapping):
+        raise TypeError(f"save_fit: model_args must be a dict {{argument name: value}}, got {type(model_args).__name__}")
+    return samples, dict(model_args or {})
+
+
 def _library_version() -> str:
     return importlib.import_module("ppl_sparsegp").__version__
 
@@ -434,14 +448,17 @@ def _versions() -> dict:
     return {"ppl_sparsegp": _library_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
 
 
-def save_fit(path, gp, params: dict, *, metadata: dict | None = None) -> str:
+def save_fit(path, gp, params: dict, *, metadata: dict | None = None, model_args: dict | None = None) -> str:
     """Write the approximation ``gp`` and the fitted ``params`` to the ``.npz`` file ``path``.
 
     :param path: the file to write (any suffix; written atomically: a failed save leaves no file).
     :param gp: a :class:`~ppl_sparsegp.GPModel` (SparseGP, CollapsedGP, SparseSpectrumGP); a collapsed
-        model holding training data (``gp.with_data(X, y)``) or precomputed statistics keeps them.
+        model holding training data (``gp.with_data(X, y)``) or precomputed statistics keeps them. Or an
+        own model's function (``spectral_gp`` inside): its name is kept, not its code; :func:`load_fit`
+        returns ``(model_args, samples)`` for ``Predictive(model, samples)(key, **model_args)``.
     :param params: the params of an SVI fit of ``gp.guide`` (``svi_result.params``) or of a MAP fit
-        (``{"<site>_map": value}``); every param of the guide must be there.
+        (``{"<site>_map": value}``); every param of the guide must be there. For a model function: its
+        draws (``mcmc.get_samples()``); ``model_args``: the arguments prediction passes it (a dict).
     :param metadata: JSON-serialisable information to keep with the fit (steps, loss, data set, ...);
         read it back with :func:`load_metadata`.
     :returns: the path written.
@@ -450,11 +467,10 @@ def save_fit(path, gp, params: dict, *, metadata: dict | None = None) -> str:
         approximation.
     :raises ValueError: when ``params`` lacks a param of ``gp.guide``; ``TypeError`` for wrong types.
     """
-    if not isinstance(gp, GPModel):
-        raise TypeError(f"save_fit: gp must be an approximation (SparseGP, CollapsedGP, SparseSpectrumGP), "
-                        f"got {type(gp).__name__}")
-    params = _check_params(params, "save_fit")
-    _require_params(gp, "save_fit", params)
+    own = not isinstance(gp, GPModel)
+    params, model_args = _own_model(gp, params, model_args) if own else (_check_params(params, "save_fit"), None)
+    if not own:
+        _require_params(gp, "save_fit", params)
     try:
         meta_json = json.loads(json.dumps(metadata if metadata is not None else {}, allow_nan=True))
     except (TypeError, ValueError) as e:
@@ -464,15 +480,18 @@ def save_fit(path, gp, params: dict, *, metadata: dict | None = None) -> str:
 
     enc = _Encoder()
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "versions": _versions(),
-              "model": enc(gp, "model"),
+              "model": enc(model_args, "model_args") if own else enc(gp, "model"),
               "params": {k: enc(v, f"params.{k}") for k, v in params.items()}, "metadata": meta_json}
+    if own:
+        header["own_model"] = f"{getattr(gp, '__module__', '')}.{getattr(gp, '__qualname__', type(gp).__name__)}"
     text = json.dumps(header, allow_nan=True)
     # the round trip, in memory, before anything is written: a fit that saves also loads, identically
     back_gp, back_params = _decode(json.loads(text), enc.arrays, "save_fit (round-trip check)")
-    if not _same(_state(gp, back_gp), _state(back_gp, gp)):
-        name = _first_difference(_state(gp, back_gp), _state(back_gp, gp))
-        raise FitFileError(f"save_fit: {type(gp).__name__}.{name} does not survive the round trip through the fit "
-                           f"description; the fit cannot be saved faithfully")
+    before, after = (model_args, back_gp) if own else (_state(gp, back_gp), _state(back_gp, gp))
+    if not _same(before, after):
+        name = _first_difference(before, after)
+        raise FitFileError(f"save_fit: {'model_args' if own else type(gp).__name__}.{name} does not survive the round "
+                           f"trip through the fit description; the fit cannot be saved faithfully")
     if not _same(params, back_params):
         raise FitFileError(f"save_fit: params[{_first_difference(params, back_params)!r}] does not survive the "
                            f"round trip")
@@ -533,6 +552,8 @@ def _decode(header, arrays, source):
     written_by = f"ppl_sparsegp {header.get('versions', {}).get('ppl_sparsegp', '(unknown version)')}"
     dec = _Decoder(arrays, source, written_by)
     gp = dec(header["model"], "model")
+    if "own_model" in header:  # an own model's fit: (model_args, samples)
+        return gp, {k: dec(v, f"params.{k}") for k, v in header["params"].items()}
     if not isinstance(gp, GPModel):
         raise FitFileError(f"{source}: model describes a {type(gp).__name__}, not an approximation")
     if not isinstance(header["params"], dict):
@@ -547,7 +568,9 @@ def _decode(header, arrays, source):
 
 def load_fit(path):
     """Read a fit written by :func:`save_fit`: ``(gp, params)`` such that ``gp.predict(X_new,
-    params=params)`` equals the saved approximation's prediction.
+    params=params)`` equals the saved approximation's prediction; for an own model's fit
+    ``(model_args, samples)``, with ``Predictive(model, samples)(key, **model_args)`` equal to the saved
+    fit's (the model function comes from the user's code).
 
     Arrays come back with the dtypes they were saved with (a float64 fit in a process without
     ``jax_enable_x64`` is rounded to float32 by JAX: a warning says so).
@@ -573,5 +596,5 @@ def load_metadata(path) -> dict:
     header, _ = _read(path)
     model = header["model"]
     return {"metadata": header["metadata"], "format_version": header["format_version"],
-            "versions": header["versions"],
+            "versions": header["versions"], "model_function": header.get("own_model"),
             "approximation": model.get("__object__") if isinstance(model, dict) else None}

@@ -26,7 +26,7 @@ from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "check_value", "debug_checks", "stack_modules",
+           "check_value", "debug_checks", "stack_modules", "check_positive_prior",
            "check_concrete_module", "free_leaves"]
 
 
@@ -158,7 +158,22 @@ def _constraint_is_positive(support, shape=()) -> bool:
 
 
 def _support_is_positive(d: Distribution) -> bool:
-    return _constraint_is_positive(d.support, d.shape())
+    try:
+        return _constraint_is_positive(d.support, d.shape())
+    except jax.errors.ConcretizationTypeError:  # a support bounded by traced values: not decidable here
+        return True
+
+
+def check_positive_prior(prior: Distribution, name: str):
+    """The one rule for priors on positive quantities (lengthscales, variances, noise, periods), used by
+    every entry point that reads a template (:func:`instantiate`, :func:`free_sites`,
+    ``marginal_spectral_gp``'s noise): raise ``ValueError`` naming ``name`` when the prior's support
+    reaches zero or the negative reals (a ``Normal`` would give negative draws under NUTS)."""
+    if not _support_is_positive(prior):
+        raise ValueError(f"the prior for {name} must have positive support, got {type(prior).__name__} with support "
+                         f"{prior.support}: it is a positive quantity, so give a prior on the positive reals, e.g. "
+                         f"dist.LogNormal(log(value), 0.5), dist.HalfNormal(scale) or dist.Gamma(2.0, 2.0 / value)")
+    return prior
 
 
 class Module:
@@ -228,6 +243,8 @@ def initial_value(d: Distribution):
 
 
 def _walk(template, prefix, on_leaf, check=False):
+    """Walk a template's fields, calling ``on_leaf`` on its free ones (priors checked by
+    :func:`check_positive_prior` where the field is positive); ``check``: a listing (no values to check)."""
     if isinstance(template, (list, tuple)):
         return type(template)(_walk(t, f"{prefix}{i}_", on_leaf, check) for i, t in enumerate(template))
     if not isinstance(template, Module):
@@ -241,13 +258,12 @@ def _walk(template, prefix, on_leaf, check=False):
         elif isinstance(value, Module):
             values[name] = _walk(value, f"{site}_", on_leaf, check)
         elif isinstance(value, (Distribution, Param)):
-            if (check and isinstance(value, Distribution) and name in template._positive
-                    and not _support_is_positive(value)):
-                raise ValueError(
-                    f"the prior for {type(template).__name__}.{name} (site {site!r}) must have positive "
-                    f"support, got {type(value).__name__} with support {value.support}")
-            values[name] = (on_leaf(site, value, name in template._positive) if isinstance(value, Param)
-                             else on_leaf(site, value))
+            positive = name in template._positive
+            if positive and isinstance(value, Distribution):
+                check_positive_prior(value, f"{type(template).__name__}.{name} (site {site!r})")
+            values[name] = on_leaf(site, value, positive) if isinstance(value, Param) else on_leaf(site, value)
+            if positive and not check:  # a draw (or a value substituted for it) must be positive too
+                check_positive(values[name], f"{type(template).__name__}.{name} (site {site!r})")
         else:
             values[name] = value
     return template.replace(**values)

@@ -214,7 +214,7 @@ class GPModel:
         over the draws for ``samples`` (law of total variance; ``*_draws`` keep the per-draw marginals)."""
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC, Stein particles)")
-        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"))
+        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"), kernel=self.kernel)
         X, y = data()
 
         def one(values):

@@ -54,7 +54,8 @@ from numpyro.distributions import Distribution, constraints
 from ..covariances import Kuu, kuf_basis
 from ..features.base import current_feature
 from ..linalg import triangular_inverse
-from ..parameters import check_finite, check_positive, free_leaves, instantiate, is_concrete
+from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
+from . import _checks
 from .collapsed import _whiten, capacitance_cholesky, woodbury_log_density
 from .primitives import _as_inputs, _project, _require_model
 
@@ -114,6 +115,9 @@ class MarginalGaussian(Distribution):
 
     def __init__(self, parts, noise_variance, *, beta_bar=None, stats: _Statistics | None = None, y=None,
                  batch_shape=(), validate_args=None):
+        if not parts:
+            raise ValueError("parts is empty: MarginalGaussian needs one _Part per GP (and the mean); build it with "
+                             "marginal_spectral_gp")
         self.parts, self.noise_variance = tuple(parts), noise_variance
         self.beta_bar, self.stats, self.y = beta_bar, stats, y
         N = parts[0].basis.shape[1]
@@ -334,7 +338,13 @@ def _named_gps(name, gps):
 def _mean_prior(mean_prior, P, dtype):
     """(loc (P,), L (P, P)) of a Gaussian prior on the mean weights: a MultivariateNormal, or a Normal
     (independent weights; batch shape (P,) or ``.to_event(1)``)."""
-    d = mean_prior.base_dist if isinstance(mean_prior, dist.Independent) else mean_prior
+    d = mean_prior
+    while isinstance(d, (dist.Independent, dist.ExpandedDistribution)):  # Normal(0, 1).expand([P]).to_event(1)
+        d = d.base_dist
+    size = int(np.prod(mean_prior.shape())) if isinstance(mean_prior, Distribution) else None
+    if isinstance(d, (dist.MultivariateNormal, dist.Normal)) and mean_prior.shape() not in ((), (P,)):
+        raise ValueError(f"mean_prior must be over the {P} columns of mean_basis (shape ({P},)), got a prior of "
+                         f"shape {mean_prior.shape()} ({size} weights): e.g. dist.Normal(jnp.zeros({P}), 1.0)")
     if isinstance(d, dist.MultivariateNormal):
         loc, L = d.loc, d.scale_tril
     elif isinstance(d, dist.Normal):
@@ -391,9 +401,10 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         ``<gp name>_kernel_<field>``), each feature is concrete.
     :param X: inputs (N, D), or (N,) for one input dimension, shared by every GP.
     :param y: observations (..., N); leading axes are outputs of an enclosing ``numpyro.plate`` (each
-        its own GPs and mean weights, the hyperparameters shared). None: y is sampled (prior predictive).
-    :param noise: the noise standard deviation σ > 0: a number, a value sampled by the model, or a NumPyro
-        distribution (sampled as ``<name>_noise``).
+        its own GPs and mean weights, the hyperparameters shared; a y without the plate's axis is refused:
+        broadcast it yourself where every output sees the same data). None: y is sampled (prior predictive).
+    :param noise: the noise standard deviation σ > 0, a scalar: a number, a value sampled by the model, or a
+        NumPyro distribution with positive support (sampled as ``<name>_noise``).
     :param mean_basis: optional H (N, P) (or (N,)): the parametric mean Hβ, e.g.
         ``jnp.stack([jnp.ones(N), t], 1)`` for a linear trend.
     :param mean_prior: the Gaussian prior of β (``dist.Normal`` with P entries, or
@@ -414,14 +425,16 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     """
     _require_model("marginal_spectral_gp")
     named = _named_gps(name, gps)
+    _checks.check_marginal_gps(name, named)
     X = _as_inputs(X, "X")
     N = X.shape[0]
     if N == 0:
         raise ValueError("X has no rows: marginal_spectral_gp needs at least one observation")
     dtype = jnp.result_type(X.dtype, float)
     if isinstance(noise, Distribution):
-        noise = numpyro.sample(f"{name}_noise", noise)
+        noise = numpyro.sample(f"{name}_noise", check_positive_prior(noise, f"noise (site '{name}_noise')"))
     check_positive(noise, "noise")
+    _checks.check_noise_shape(noise)
     s2 = jnp.asarray(noise, dtype) ** 2
     if y is not None:
         with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
@@ -429,12 +442,14 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         if y.ndim < 1 or y.shape[-1] != N:
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
+        _checks.check_observations_in_plates(y, name)
 
     parts, gp_models = [], []
     for gp_name, feature, kernel in named:
         feature = current_feature(feature)
         kernel = instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel
         Xg = feature.check_inputs(X)
+        _checks.check_lengthscale_dims(kernel, Xg.shape[1], f"gps[{gp_name!r}]")
         Kmm = Kuu(feature, kernel)
         # concrete data: evaluate the basis now at any size (past constant_kuf's cap, which bounds a Kuf
         # embedded in the program): only the statistics enter the per-gradient program (measured at
@@ -473,7 +488,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     X_new = _as_inputs(X_new, "X_new")
     out, start, total = {}, 0, 0.0
     for (gp_name, feature, kernel, Kmm), part in zip(gp_models, parts):
-        Xn = feature.warn_outside(feature.check_inputs(X_new, "X_new"), "X_new")
+        Xn = feature.warn_outside(feature.check_inputs(X_new, "X_new"), "X_new", kernel=kernel)
         vj = v[..., start:start + part.cols]
         start += part.cols
         out[gp_name] = numpyro.deterministic(f"{gp_name}_new", _project(feature, kernel, Xn, vj, True, Kmm, False))

@@ -51,6 +51,7 @@ from ..kernels import check_inputs
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
+from . import _checks
 from .variational import resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
@@ -137,7 +138,8 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     **Several latent functions over one basis** (multi-output, hierarchical): call it inside
     ``numpyro.plate("outputs", K)``; the inducing site gets the plate's batch shape (K, M') and f comes
     back as (K, N), at the cost of one ``Kuf`` and one ``Kuu`` for all K (the hyperparameters are shared;
-    give each output its own amplitude by scaling f with a per-output site). With
+    give each output its own amplitude by scaling f with a per-output site; a kernel template inside the
+    plate would sample one value per output, so it is refused: sample before the plate). With
     ``batched_kernel=True`` each output has its own hyperparameters: every kernel hyperparameter with a
     leading axis of the plate's size K holds one value per output (a scalar is shared; a template's
     priors sampled inside the plate give exactly that; for concrete values, per output and per
@@ -147,10 +149,13 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     the hyperparameters (VFF inside its box) still compute it once: it is not batched.
     """
     _require_model("spectral_gp")
+    _check_spectral_gp(name, feature, kernel, batched_kernel)
     feature = current_feature(feature)
     kernel = instantiate(kernel, f"{name}_kernel_") if free_leaves(kernel) else kernel
     _warn_tangled_lengthscale(feature, kernel)
     X = feature.check_inputs(_as_inputs(X, "X"))
+    if not batched_kernel:
+        _checks.check_lengthscale_dims(kernel, X.shape[1], "spectral_gp")
     if batched_kernel:
         project = _batched_projection(name, feature, kernel, whiten)
     else:
@@ -161,10 +166,17 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
-    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"))
+    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"), "X_new", kernel=kernel)
     mean_new, var_new = project(X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
+
+
+def _check_spectral_gp(name, feature, kernel, batched_kernel):
+    """The entry checks (:mod:`._checks`): the pair, a name not taken, a template outside plates."""
+    _checks.check_pair(feature, kernel, "spectral_gp")
+    _checks.check_new_sites([f"{name}_v", f"{name}_u"] + _checks.template_sites(kernel, f"{name}_kernel_"), name)
+    _checks.check_template_outside_plates(kernel, f"{name}_kernel_", batched=batched_kernel, shared_only=False)
 
 
 def _require_model(primitive: str):

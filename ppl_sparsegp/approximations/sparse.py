@@ -244,7 +244,7 @@ class SparseGP(GPModel):
         """
         if (params is None) == (samples is None):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
-        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"))
+        X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"), kernel=self.kernel)
         L = self.num_latent_gps
         if params is not None:
             kernel, likelihood, feature, c, Kmm, loc, S = self._fitted(params, "predict")

@@ -118,14 +118,18 @@ def add_adequacy(idata, result: dict):
     (either may come first). It survives :func:`save` / :func:`load`.
 
     :returns: ``idata``.
+    :raises TypeError: when ``result`` is not a dict; ``ValueError`` when it lacks keys of either result.
     """
+    _check_result(result)
     old = getattr(idata, "adequacy", None)
     if "k_hat" in result:  # a refinement check
         shifts = {**result["shift_is"], **result["shift_refit"]}
         attrs = {"refinement_ok": int(result["ok"]), "refinement_message": result["message"],
                  "refinement_k_hat": -1.0 if result["k_hat"] is None else float(result["k_hat"]),
                  "refinement_max_shift": float(max(shifts.values())) if shifts else 0.0}
-        ds = xr.Dataset(attrs=attrs) if old is None else old.assign_attrs(attrs)
+        # a group needs a variable (ArviZ drops an attrs-only Dataset): the verdict, as a 0-d one
+        ds = (xr.Dataset({"refinement_ok": ((), int(result["ok"]))}, attrs=attrs) if old is None
+              else old.assign_attrs(attrs))
     else:
         ds = xr.Dataset({"residual_fraction": (("adequacy_draw",), np.asarray(result["residual_fraction"]))},
                         attrs={**({k: v for k, v in old.attrs.items() if k.startswith("refinement_")}
@@ -139,6 +143,22 @@ def add_adequacy(idata, result: dict):
         else:
             idata.adequacy = ds
     return idata
+
+
+_KEYS = {"refinement_check": ("ok", "message", "k_hat", "shift_is", "shift_refit"),
+         "adequacy": ("residual_fraction", "median", "q95", "ok", "message")}
+
+
+def _check_result(result):
+    """The dict :func:`adequacy` or :func:`~ppl_sparsegp.diagnostics.refinement_check` returned, unchanged."""
+    if not isinstance(result, dict):
+        raise TypeError(f"add_adequacy: result must be the dict that adequacy(...) or refinement_check(...) "
+                        f"returns, got {type(result).__name__}")
+    which = "refinement_check" if "k_hat" in result else "adequacy"
+    missing = [k for k in _KEYS[which] if k not in result]
+    if missing:
+        raise ValueError(f"add_adequacy: result lacks {missing} of a {which} result (it has {sorted(result)}): pass "
+                         f"the dict {which}(...) returned, unchanged")
 
 
 def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:

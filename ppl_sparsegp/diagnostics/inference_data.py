@@ -148,6 +148,9 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     ``feature``; X, y, ``predictive`` and ``rng_key`` are not used (draw predictions with
     ``numpyro.infer.Predictive``).
     """
+    if not hasattr(mcmc, "get_samples"):
+        raise TypeError(f"from_mcmc: mcmc must be the numpyro.infer.MCMC object after mcmc.run(...), got "
+                        f"{type(mcmc).__name__}; for a dict of draws use from_samples(gp, X, y, samples)")
     if not hasattr(gp, "model"):
         if not callable(gp):
             raise TypeError(f"gp must be an approximation (SparseGP, CollapsedGP, ...) or the NumPyro model "

@@ -108,19 +108,22 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         weights' effective sample size), ``shift_is`` and ``shift_refit`` (``{site: sd}``; the refit's net of
         twice its Monte Carlo error ``mcse_refit``, the raw distance in ``shift_refit_raw``), ``refit_mean``
         (``{site: mean}``) and ``features`` (the features' descriptions before and after).
-    :raises ValueError: for empty draws, a threshold ≤ 0, or a model without refinable features.
+    :raises ValueError: for empty or ragged draws, fewer than 2 draws, a model site missing from ``samples``,
+        ``max_draws`` < 2, a threshold ≤ 0, or a model without refinable features.
     """
     if not threshold > 0:
         raise ValueError(f"threshold must be a positive number of posterior sd, got {threshold!r}")
     if hasattr(samples, "posterior"):
         samples = posterior_samples(samples)
-    if not samples:
-        raise ValueError("samples is empty: pass mcmc.get_samples() or the fit's InferenceData")
-    flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
+    flat = _thin(_check_draws(samples, max_draws), max_draws)
     first = {k: v[0] for k, v in flat.items()}
     base_trace = model_trace(model, first, args, kwargs)
     inducing = {n for n, site in base_trace.items()  # spectral_gp's inducing sites: their size follows the features
                 if site["type"] == "sample" and not site["is_observed"] and "ppl_sparsegp_gps" in site.get("infer", {})}
+    missing = [n for n in _latent(base_trace) if n not in flat and n not in inducing]
+    if missing:
+        raise ValueError(f"refinement_check: samples lacks the model's site(s) {missing} (it has {sorted(flat)}): "
+                         "pass every draw of the fit, mcmc.get_samples(), and the model's arguments as in the fit")
     small = {k: v for k, v in first.items() if k not in inducing}
     try:
         with refined_features(times):
@@ -167,6 +170,25 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
                                               axis=0).tolist() for n in hyper}
     result["ok"], result["message"] = _verdict(result, moments, threshold, gps)
     return result
+
+
+def _check_draws(samples, max_draws) -> dict:
+    """The draws as arrays, refused (naming the fix) when empty, ragged, or fewer than the two a posterior
+    sd needs; ``max_draws`` None or at least 2."""
+    if not hasattr(samples, "items") or not samples:
+        raise ValueError("samples is empty or not a dict: pass mcmc.get_samples() or the fit's InferenceData")
+    if max_draws is not None and (isinstance(max_draws, bool) or int(max_draws) != max_draws or max_draws < 2):
+        raise ValueError(f"max_draws must be an integer ≥ 2 (a posterior sd needs two draws) or None for all, "
+                         f"got {max_draws!r}")
+    flat = {k: jnp.atleast_1d(jnp.asarray(v)) for k, v in samples.items()}
+    counts = {k: int(v.shape[0]) for k, v in flat.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"samples has ragged draws: every site needs the same number of draws on its first axis, "
+                         f"got {counts}; pass mcmc.get_samples() (chains merged)")
+    if next(iter(counts.values())) < 2:
+        raise ValueError(f"samples has {next(iter(counts.values()))} draw(s) per site: the check compares posterior "
+                         "means in posterior sd, which needs at least 2 draws (use the fit's mcmc.get_samples())")
+    return flat
 
 
 def _log_ratio(model, draws, args, kwargs, times):

@@ -103,7 +103,7 @@ class InducingFeature(Module):
         """Validate inputs for this feature (domain checks); returns X. Families override."""
         return X
 
-    def warn_outside(self, X, name: str = "X_new"):
+    def warn_outside(self, X, name: str = "X_new", *, kernel=None):
         """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features
         resolve nothing, naming the fix; returns X. The documented choice is a warning, not an error:
         near the edge the prediction is still usable, and the caller may want the prior there. Families

@@ -94,13 +94,14 @@ class _PerDimension(InducingFeature):
                                               max_lengthscale=float(hi[d]), max_margin=max_margin)
                     for d in range(D)])
 
-    def warn_outside(self, X, name="X_new"):
+    def warn_outside(self, X, name="X_new", *, kernel=None):
+        kernels = getattr(kernel, "kernels", None) or [None] * len(self.features)
         if not isinstance(X, Grid):
-            for d, f in enumerate(self.features):
-                f.warn_outside(X[:, d], f"{name}[:, {d}]")
+            for d, (f, k) in enumerate(zip(self.features, kernels)):
+                f.warn_outside(X[:, d], f"{name}[:, {d}]", kernel=k)
         else:
-            for d, (f, axis) in enumerate(zip(self.features, X.axes)):
-                f.warn_outside(axis, f"{name} axis {d}")
+            for d, (f, axis, k) in enumerate(zip(self.features, X.axes, kernels)):
+                f.warn_outside(axis, f"{name} axis {d}", kernel=k)
         return X
 
     def _float32_limit(self):

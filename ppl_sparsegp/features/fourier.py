@@ -132,6 +132,7 @@ class FourierFeatures(InducingFeature):
         x = np.asarray(x, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
             raise ValueError("x must be a non-empty array of finite inputs")
+        _check_scalar_lengthscale(lengthscale, max_lengthscale)
         lo, hi = (float(np.reshape(v, ())) for v in lengthscale_range(lengthscale, max_lengthscale, quantile))
         if not 0 < tolerance < 1:
             raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
@@ -141,7 +142,7 @@ class FourierFeatures(InducingFeature):
             raise ValueError(f"max_margin must be a non-negative number of data spans, got {max_margin!r}")
         pad = min(margin * hi, max(margin * lo, max_margin * float(x.max() - x.min())))
         a, b = float(x.min()) - pad, float(x.max()) + pad
-        return cls(a, b, frequencies_needed(a, b, lo, nu, tolerance))
+        return cls(a, b, _capped(frequencies_needed(a, b, lo, nu, tolerance), a, b, lo, tolerance))
 
     def __init__(self, a, b, num_frequencies):
         if not (np.isfinite(a) and np.isfinite(b) and float(a) < float(b)):
@@ -174,11 +175,14 @@ class FourierFeatures(InducingFeature):
     def check_inputs(self, X, name="X"):
         return check_inputs(X, name, 1)
 
-    def warn_outside(self, X, name="X_new"):
+    def warn_outside(self, X, name="X_new", *, kernel=None):
         """Warn when concrete inputs lie outside [a, b]: there Kuf decays like the kernel from the edge
         [1, Table 1], so the prediction reverts to the prior within a few lengthscales of the box, which
         the exact GP does not do. The fix: a box that covers X (:meth:`from_data` on the training and
-        the prediction inputs together)."""
+        the prediction inputs together). Not for a :class:`~ppl_sparsegp.kernels.Periodic` ``kernel``:
+        its box is one period and the features extend periodically, as the exact periodic GP does."""
+        if isinstance(kernel, Periodic):
+            return X
         if is_concrete(X) and not hasattr(X, "points"):
             x = np.asarray(X, dtype=float).reshape(-1)
             out = (x < self.a) | (x > self.b)
@@ -268,6 +272,33 @@ def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolera
     """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ)."""
     T = resolved_frequency(nu, tolerance)
     return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (b - a) / (2 * math.pi))
+
+
+#: the most frequencies :meth:`FourierFeatures.from_data` returns (the constructor takes any M)
+MAX_FREQUENCIES = 20_000
+
+
+def _capped(M: int, a: float, b: float, lengthscale: float, tolerance: float) -> int:
+    """M, refused above :data:`MAX_FREQUENCIES`: 2M − 1 features need (2M − 1)² float64 values (8 bytes
+    each) for Kuu's dense forms and the marginal model's M' × M' system."""
+    if M <= MAX_FREQUENCIES:
+        return M
+    gib = 8.0 * (2 * M - 1) ** 2 / 2**30
+    raise ValueError(f"FourierFeatures.from_data: tolerance={tolerance:g} at lengthscale {lengthscale:.3g} on the box "
+                     f"[{a:.4g}, {b:.4g}] asks for M = {M} frequencies ({2 * M - 1} features), above the cap of "
+                     f"{MAX_FREQUENCIES}: their M' × M' float64 matrices need {gib:.3g} GiB of memory. Raise the "
+                     f"tolerance (e.g. 0.01), the shortest lengthscale of interest or narrow the box (margin); or, "
+                     f"knowing the cost, build FourierFeatures(a, b, M) directly")
+
+
+def _check_scalar_lengthscale(lengthscale, max_lengthscale):
+    """from_data's rule is 1-D: one lengthscale (a number or a scalar prior)."""
+    for name, v in (("lengthscale", lengthscale), ("max_lengthscale", max_lengthscale)):
+        shape = v.shape() if isinstance(v, Distribution) else np.shape(v)
+        if v is not None and int(np.prod(shape, dtype=int)) != 1:
+            raise ValueError(f"FourierFeatures.from_data takes one {name} (a scalar number or a scalar prior; the "
+                             f"features are 1-D), got shape {tuple(shape)}: for several input columns use "
+                             f"AdditiveFeatures.from_data or one FourierFeatures.from_data per column")
 
 
 def resolved_frequency(nu: float, tolerance: float) -> float:

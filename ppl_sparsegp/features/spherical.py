@@ -190,6 +190,9 @@ class SphericalHarmonicFeatures(InducingFeature):
         if not isinstance(kernel, Zonal):
             raise ValueError(f"kernel must be a Zonal kernel (ArcCosine, ChordalMatern), got {type(kernel).__name__}")
         D = X.shape[1]
+        if D < 2:
+            raise ValueError(f"X has {D} input column: SphericalHarmonicFeatures need D ≥ 2 columns (mapped to the sphere "
+                             "in D + 1 ≥ 3 dimensions); for one column use FourierFeatures.from_data")
         d = D + 1
         probe = _shape_probe(kernel, quantile)
         top, total = 0, 1
@@ -304,7 +307,7 @@ class SphericalHarmonicFeatures(InducingFeature):
         program per (d, degrees, shape, dtype))."""
         return _harmonics(self.d, self.degrees, U)
 
-    def warn_outside(self, X, name="X_new"):
+    def warn_outside(self, X, name="X_new", *, kernel=None):
         """Warn (:class:`OutsideDomainWarning`) when concrete inputs lie more than 10 % of the data's range
         outside the box of the training inputs (:meth:`from_data`): there r grows, and f = r^p g(x̂)
         extrapolates along rays (grows like r^p for the arc-cosine kernels, tends to its value on the
@@ -452,8 +455,8 @@ def spherical_statistics(feature, kernel, X, y, *, chunk_size: int = 4096) -> Su
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     N = X.shape[0]
-    if len(X.shape) != 2 or X.shape[1] != feature.input_dim:
-        raise ValueError(f"X must have shape (N, {feature.input_dim}), got {X.shape}")
+    if len(X.shape) != 2 or X.shape[1] != feature.input_dim or N == 0:
+        raise ValueError(f"X must have shape (N, {feature.input_dim}) with N ≥ 1 rows, got {X.shape}")
     if np.shape(y) != (N,):
         raise ValueError(f"y must have shape ({N},), got {np.shape(y)}")
     feature.check_kernel(kernel)
