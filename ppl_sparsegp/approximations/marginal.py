@@ -56,6 +56,7 @@ from ..features.base import current_feature
 from ..linalg import triangular_inverse
 from ..parameters import check_finite, check_positive, free_leaves, instantiate, is_concrete
 from .collapsed import _whiten, capacitance_cholesky, woodbury_log_density
+from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance
 from .primitives import _as_inputs, _project, _require_model
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
@@ -373,7 +374,7 @@ def _statistics(parts, y, H):
 
 
 def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_prior=None, X_new=None,
-                         mean_basis_new=None):
+                         mean_basis_new=None, exact: bool = False):
     r"""Observe y as Gaussian noise around one or several spectral GPs (and a parametric mean), with the
     inducing variables integrated out exactly; under ``Predictive`` with ``X_new``, draw each GP there.
 
@@ -403,6 +404,10 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         ``mean_basis_new @ β``; with a mean, ``<name>_beta`` the weights' draw). Needs a random key
         (``numpyro.infer.Predictive`` or ``handlers.seed``) and y.
     :param mean_basis_new: H at X_new (N_new, P); required when there is a mean and X_new.
+    :param exact: the exact GP instead (the user's reference): the same sites with the dense covariance
+        :math:`\sum_j K^{(j)}_{ff} + HBH^\top + \sigma^2 I` (:class:`~ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian`),
+        O(N³) per gradient (N up to a few thousand: run it on a subsample); the features are ignored (a
+        pair may be ``(None, kernel)``) and the draws at ``X_new`` come from the exact conditional.
     :returns: None, or with ``X_new`` a dict ``{gp name: f_new, name: the sum}`` of arrays (..., N_new).
     :raises ValueError: for bad shapes or values (naming the argument), a mean basis without its prior,
         X_new without y or a random key.
@@ -429,6 +434,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         if y.ndim < 1 or y.shape[-1] != N:
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
+    if exact:
+        return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
 
     parts, gp_models = [], []
     for gp_name, feature, kernel in named:
@@ -483,6 +490,48 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
             raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
         Hn = _basis_matrix(mean_basis_new, X_new.shape[0], "mean_basis_new")
         beta = numpyro.deterministic(f"{name}_beta", beta_bar + v[..., start:] @ parts[-1].L.T)
+        total = total + beta @ Hn.T
+    out[name] = numpyro.deterministic(f"{name}_new", total)
+    return out
+
+
+def _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new):
+    """``marginal_spectral_gp(..., exact=True)``: the dense covariance's site and, with X_new, the exact
+    conditional draws (:mod:`~ppl_sparsegp.approximations.exact_marginal`); the same site names."""
+    dtype = jnp.result_type(X.dtype, float)
+    kernels = [(gp_name, instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel)
+               for gp_name, _, kernel in named]
+    H = L = beta_bar = None
+    if mean_basis is not None or mean_prior is not None:
+        if mean_basis is None or mean_prior is None:
+            raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
+                             "P weights)")
+        H = _basis_matrix(mean_basis, X.shape[0], "mean_basis")
+        beta_bar, L = _mean_prior(mean_prior, H.shape[1], dtype)
+    C = exact_covariance([k for _, k in kernels], X, s2, H, L)
+    loc = 0.0 if H is None else H @ beta_bar
+    batch = () if y is None else y.shape[:-1]
+    numpyro.sample(name, ExactMarginalGaussian(C, loc, batch_shape=batch), obs=y)
+    if X_new is None:
+        return None
+    if y is None:
+        raise ValueError("X_new needs the observations y: the GPs at X_new are drawn given y")
+    key = numpyro.prng_key()
+    if key is None:
+        raise ValueError("marginal_spectral_gp with X_new draws the GPs: run the model under "
+                         "numpyro.infer.Predictive or numpyro.handlers.seed")
+    X_new = _as_inputs(X_new, "X_new")
+    if H is not None and mean_basis_new is None:
+        raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
+    fs, beta = exact_conditional_draw([k for _, k in kernels], X, X_new, C, y - loc, key, H=H, L=L,
+                                      beta_bar=beta_bar)
+    out, total = {}, 0.0
+    for (gp_name, _), f in zip(kernels, fs):
+        out[gp_name] = numpyro.deterministic(f"{gp_name}_new", f)
+        total = total + f
+    if H is not None:
+        Hn = _basis_matrix(mean_basis_new, X_new.shape[0], "mean_basis_new")
+        beta = numpyro.deterministic(f"{name}_beta", beta)
         total = total + beta @ Hn.T
     out[name] = numpyro.deterministic(f"{name}_new", total)
     return out
