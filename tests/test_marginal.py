@@ -130,7 +130,10 @@ def test_predictive_draws_at_new_inputs_match_the_dense_conditional():
     m, C = _dense()
     B = np.diag([1.0, 0.25])
     S = 4000
-    with pytest.warns(psg.features.OutsideDomainWarning):  # x_new leaves the periodic feature's box
+    import warnings
+
+    with warnings.catch_warnings():  # x_new leaves the periodic feature's period: no warning (they hold there)
+        warnings.simplefilter("error", psg.features.OutsideDomainWarning)
         draws = Predictive(two_gp_model, num_samples=S)(jax.random.PRNGKey(1), y, x_new)
     for site, cross, prior, mean0 in [
             ("trend_new", _q(TREND, Xn, X), _q(TREND, Xn, Xn), 0.0),
@@ -264,7 +267,13 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     assert not bad["ok"] and "fails refinement" in bad["message"]
     site = "f_kernel_lengthscale"  # the importance weights and the refit each see the move
     assert (bad["k_hat"] > 0.7 or bad["shift_is"][site] > 0.5) and bad["shift_refit"][site] > 0.5
-    assert "from_data(x, lengthscale=" in bad["message"]  # the fix, from the refit's lengthscales
+    # the fix, from the refit's lengthscales, keeps the box (the prior's long lengthscales) and converges:
+    # one more fit with the advised features passes
+    advised = bad["advised_features"]["f"]
+    assert (advised.a, advised.b) == (coarse.a, coarse.b) and advised.num_frequencies > coarse.num_frequencies
+    assert f"FourierFeatures({advised.a:.6g}, {advised.b:.6g}, {advised.num_frequencies})" in bad["message"]
+    _, again = check(advised, None)
+    assert again["ok"], again["message"]
     resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), None)
     ells, ref = np.asarray(draws["f_kernel_lengthscale"]), np.asarray(resolved["f_kernel_lengthscale"])
     assert abs(ells.mean() - ref.mean()) > ref.std()  # the coarse features displaced the posterior

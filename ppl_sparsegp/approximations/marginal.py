@@ -53,6 +53,7 @@ from numpyro.distributions import Distribution, constraints
 
 from ..covariances import Kuu, kuf_basis
 from ..features.base import current_feature
+from ..kernels import Periodic
 from ..linalg.woodbury import capacitance_cholesky, precision_log_density, woodbury_log_density
 from ..linalg.woodbury import logdet_and_quadratic as _logdet_and_quadratic  # noqa: F401 (tests)
 from ..linalg.woodbury import whiten_blocks as _whiten
@@ -440,7 +441,9 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     X_new = _as_inputs(X_new, "X_new")
     out, start, total = {}, 0, 0.0
     for (gp_name, feature, kernel, Kmm), part in zip(gp_models, parts):
-        Xn = feature.warn_outside(feature.check_inputs(X_new, "X_new"), "X_new")
+        Xn = feature.check_inputs(X_new, "X_new")
+        if not isinstance(kernel, Periodic):  # a periodic kernel's features hold at every input: no box
+            feature.warn_outside(Xn, "X_new")
         vj = v[..., start:start + part.cols]
         start += part.cols
         out[gp_name] = numpyro.deterministic(f"{gp_name}_new", _project(feature, kernel, Xn, vj, True, Kmm, False))
