@@ -427,7 +427,9 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     batch = () if y is None else y.shape[:-1]
     marginal = MarginalGaussian(parts, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
     gps_info = [(gp_name, feature, getattr(kernel, "nu", None)) for gp_name, feature, kernel, _ in gp_models]
-    numpyro.sample(name, marginal, obs=y, infer={"ppl_sparsegp_gps": gps_info})  # for refinement_check
+    kernels = {gp_name: kernel for gp_name, _, kernel, _ in gp_models}  # for choose_features
+    numpyro.sample(name, marginal, obs=y,  # for refinement_check and choose_features
+                   infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels})
     if X_new is None:
         return None
 
