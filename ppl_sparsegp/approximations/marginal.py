@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -423,6 +424,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         parts.append(_Part(None, None, Ht, L))
 
     constant = (y is not None and all(is_concrete(p.basis) for p in parts) and is_concrete(y))
+    _warn_lost_statistics(y, parts, H)
     stats = _statistics(parts, y, H) if constant else None
     batch = () if y is None else y.shape[:-1]
     marginal = MarginalGaussian(parts, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
@@ -500,3 +502,18 @@ def _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basi
         total = total + beta @ Hn.T
     out[name] = numpyro.deterministic(f"{name}_new", total)
     return out
+
+
+def _warn_lost_statistics(y, parts, H):
+    """Warn when only y or the mean basis, traced, keeps the model off the statistics path: jax.numpy inside
+    a traced model makes arrays computed from data traced too (measured at N = 449, M' = 72 and 140: 0.49
+    and 1.68 ms per gradient against 0.12 and 0.42 with the basis from NumPy)."""
+    gp_parts = parts[:-1] if H is not None else parts
+    if y is None or not all(is_concrete(p.basis) for p in gp_parts):
+        return
+    traced = [what for what, v in (("y", y), ("mean_basis", H)) if v is not None and not is_concrete(v)]
+    if traced:
+        warnings.warn(f"marginal_spectral_gp: {' and '.join(traced)} is traced (computed with jax.numpy inside "
+                      "the model, or from sampled values), so each gradient costs O(N M'²) instead of O(M'³) "
+                      "from statistics computed once; compute it with NumPy or outside the model unless it "
+                      "depends on sampled values", stacklevel=3)
