@@ -27,7 +27,7 @@ approximations do not change.
 from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
-                             full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp,
+                             full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp, choose_features,
                              spectral_gp,
                              two_kronecker_covariance)
 from .conditionals import conditional
@@ -58,7 +58,7 @@ __all__ = [
     # approximations
     "GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP",
     # primitives for own models
-    "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "refined_features",
+    "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "choose_features", "refined_features",
     # reference functions
     "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs",
     # templates, structured Gaussian, grids

@@ -470,9 +470,9 @@ def test_common_mistakes_get_a_clear_error_naming_the_argument_and_the_fix():
 def test_a_bound_too_large_for_memory_is_refused_naming_the_size(monkeypatch):
     """M' × M' matrices that cannot fit are refused before anything is allocated (the probe's VFF with
     M = 20 000 was killed by the OS): on a machine reporting 1 GB, 9 999 features (2.4 GB) are refused."""
-    from ppl_sparsegp.approximations import collapsed
+    from ppl_sparsegp.linalg import woodbury
 
-    monkeypatch.setattr(collapsed.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}[name])
+    monkeypatch.setattr(woodbury.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}[name])
     X, y = np.linspace(0, 1, 20)[:, None], np.sin(np.linspace(0, 6, 20))
     with pytest.raises(ValueError, match=r"M' = 9999 features needs .* about 2.4 GB, but this machine has 1.1 GB"):
         psg.collapsed_elbo(psg.FourierFeatures(-0.5, 1.5, 5000), psg.Matern32(), X, y, 0.1)

@@ -439,3 +439,39 @@ def test_float32_kuu_overflow_is_refused_naming_the_largest_m():
     M = int(re.search(r"at most M = (\d+)", str(e.value)).group(1))
     assert abs(M - first) <= 1 and first > 200_000
     assert np.all(np.isfinite(psg.Kuu(psg.FourierFeatures(-0.5, 1.5, M), k32).d))
+
+
+def test_from_data_inside_a_traced_model_reads_the_prior_as_numbers_or_says_to_build_outside():
+    # under NUTS the model is traced: a prior with fixed parameters still gives the same features as
+    # outside; inputs or a prior computed from traced values get the error that names the fix
+    import numpyro.distributions as dist
+
+    t = np.linspace(0.0, 10.0, 30)
+    prior = dist.LogNormal(0.0, 0.5)
+    outside = FourierFeatures.from_data(t, prior, nu=2.5)
+    inside = jax.jit(lambda: jnp.asarray(FourierFeatures.from_data(t, prior, nu=2.5).num_frequencies))()
+    assert int(inside) == outside.num_frequencies
+    with pytest.raises(ValueError, match="Build the features outside the model"):
+        jax.jit(lambda s: FourierFeatures.from_data(t, dist.LogNormal(0.0, s)).a)(0.5)
+    with pytest.raises(ValueError, match="Build the features outside the model"):
+        jax.jit(lambda x: FourierFeatures.from_data(x, prior).a)(jnp.asarray(t))
+
+
+def test_from_data_with_a_number_and_the_prior_keeps_the_box_that_serves_the_prior():
+    # the refinement advice's form: ℓ_min a number, ℓ_max the prior's upper quantile; the box is the
+    # prior's (pad = min(3 ℓ_max, max(3 ℓ_min, span))), not the one for ℓ ≈ ℓ_min; served_lengthscales
+    # reads both ends back
+    import numpyro.distributions as dist
+
+    x = np.linspace(0.0, 38.0, 50)
+    prior = dist.LogNormal(np.log(6.0), 0.5)
+    hi = float(prior.icdf(0.99))
+    f = FourierFeatures.from_data(x, 0.5, nu=2.5, max_lengthscale=prior)
+    pad = min(3 * hi, max(1.5, 38.0))
+    np.testing.assert_allclose([f.a, f.b], [-pad, 38.0 + pad])
+    narrow = FourierFeatures.from_data(x, 0.5, nu=2.5)
+    np.testing.assert_allclose([narrow.a, narrow.b], [-1.5, 39.5])
+    short, long = f.served_lengthscales(x, nu=2.5)
+    assert short <= 0.5 < short * 1.1  # the rule's M is the fewest that resolve 0.5
+    np.testing.assert_allclose(long, pad / 3)
+    np.testing.assert_allclose(narrow.served_lengthscales(x, nu=2.5)[1], 0.5)

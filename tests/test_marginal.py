@@ -267,10 +267,35 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     assert not bad["ok"] and "fails refinement" in bad["message"]
     site = "f_kernel_lengthscale"  # the importance weights and the refit each see the move
     assert (bad["k_hat"] > 0.7 or bad["shift_is"][site] > 0.5) and bad["shift_refit"][site] > 0.5
-    assert "from_data(x, lengthscale=" in bad["message"]  # the fix, from the refit's lengthscales
+    # the fix, from the refit's lengthscales, keeps the box (the prior's long lengthscales) and converges:
+    # one more fit with the advised features passes
+    advised = bad["advised_features"]["f"]
+    assert (advised.a, advised.b) == (coarse.a, coarse.b) and advised.num_frequencies > coarse.num_frequencies
+    assert f"FourierFeatures({advised.a:.6g}, {advised.b:.6g}, {advised.num_frequencies})" in bad["message"]
+    _, again = check(advised, None)
+    assert again["ok"], again["message"]
     resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), None)
     ells, ref = np.asarray(draws["f_kernel_lengthscale"]), np.asarray(resolved["f_kernel_lengthscale"])
     assert abs(ells.mean() - ref.mean()) > ref.std()  # the coarse features displaced the posterior
     assert good["ok"], good["message"]
     assert good["k_hat"] <= 0.7 and good["shift_is"]["f_kernel_lengthscale"] < 0.5
     assert good["shift_refit"] == {}  # k̂ ≤ 0.7: the weights decide, no refit by default
+
+
+def test_a_mean_basis_traced_by_jax_numpy_warns_that_the_statistics_path_is_lost():
+    # jnp inside a traced model makes H a tracer (the data path: 4x the gradient's cost, measured); NumPy
+    # keeps it concrete (the statistics path, no warning)
+    import warnings
+
+    def model(make_H):
+        psg.marginal_spectral_gp("y", {"trend": TREND}, x, y, SIGMA, mean_basis=make_H(x), mean_prior=BETA)
+
+    def potential(make_H):
+        return jax.jit(lambda: numpyro.infer.util.log_density(model, (make_H,), {}, {})[0])()
+
+    with pytest.warns(UserWarning, match="mean_basis is traced"):
+        traced = potential(lambda t: jnp.stack([jnp.ones_like(t), t], 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        concrete = potential(lambda t: np.stack([np.ones_like(t), t], 1))
+    np.testing.assert_allclose(float(traced), float(concrete), rtol=1e-10)

@@ -9,11 +9,13 @@
 * :mod:`.spectrum`: :class:`SparseSpectrumGP` (random or learnt frequencies);
 * :mod:`.primitives`: ``spectral_gp``, ``inducing_prior``, ``inducing_guide`` for people's own models;
 * :mod:`.marginal`: ``marginal_spectral_gp``, Gaussian observations with the inducing variables integrated out.
+* :mod:`.pilot`: ``choose_features``, the features of a user's model from a pilot fit to the data.
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
 from .optimise import map_lbfgs
 from .marginal import MarginalGaussian, marginal_spectral_gp
+from .pilot import choose_features
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP
 from .spectrum import SparseSpectrumGP
@@ -21,5 +23,5 @@ from .variational import (block_diagonal_covariance, diagonal_covariance, full_c
                           two_kronecker_covariance)
 
 __all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
-           "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "MarginalGaussian",
+           "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "MarginalGaussian", "choose_features",
            "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance"]

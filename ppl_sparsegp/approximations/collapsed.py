@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -46,43 +45,14 @@ from numpyro.distributions import Distribution
 from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
-from ..linalg import BlockDiag, Dense
+from ..linalg import Dense
+from ..linalg.woodbury import capacitance_cholesky, woodbury_log_density
+from ..linalg.woodbury import whiten_blocks as _whiten
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
 from .base import GPModel, _require, _site_names, check_targets
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]
-
-
-def _whiten(Kmm, X):
-    """Rᵀ Kuu⁻¹ X. A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
-    shape (e.g. additive VFF) is whitened as one vmapped block: the block's own ``whiten``, with D
-    times fewer operations to compile and no per-block slicing."""
-    blocks = getattr(Kmm, "blocks", None)
-    if isinstance(Kmm, BlockDiag) and len(blocks) > 1:
-        structure = jax.tree.structure(blocks[0])
-        shapes = [tuple(jnp.shape(leaf) for leaf in jax.tree.leaves(b)) for b in blocks]
-        if all(jax.tree.structure(b) == structure for b in blocks) and len(set(shapes)) == 1:
-            stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *blocks)
-            Xs = X.reshape((len(blocks), blocks[0].size) + X.shape[1:])
-            out = jax.vmap(lambda op, x: op.whiten(x))(stacked, Xs)
-            return out.reshape((-1,) + X.shape[1:])
-    return Kmm.whiten(X)
-
-
-def _check_memory(m, dtype):
-    """Refuse an M' × M' factorisation that cannot fit in this machine's memory (the bound forms B and its
-    Cholesky factor, about three such matrices): a clear error instead of the process being killed."""
-    need = 3 * m * m * jnp.dtype(dtype).itemsize
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not available on this platform: no check
-        return
-    if need > have:
-        raise ValueError(f"the collapsed bound with M' = {m} features needs {m}² matrices, about {need / 1e9:.1f} GB, "
-                         f"but this machine has {have / 1e9:.1f} GB: use fewer features (e.g. "
-                         f"FourierFeatures.from_data's rule) or an approximation without the M' × M' factor "
-                         f"(SparseGP with a diagonal q)")
 
 
 def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
@@ -91,33 +61,6 @@ def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
     G = _whiten(Kmm, stats.with_root().root)  # (M', r)
     Wy = _whiten(Kmm, stats.c) if stats.y is None else G @ stats.y
     return capacitance_cholesky(G, noise_variance), jnp.sum(G * G), Wy
-
-
-def capacitance_cholesky(G, noise_variance):
-    r"""The lower Cholesky factor :math:`L_B` of :math:`B = I + GG^\top/\sigma^2` for G (M', r), the
-    capacitance matrix of every Woodbury identity here. Refuses an M' that cannot fit in memory."""
-    _check_memory(G.shape[0], G.dtype)
-    eye = jnp.eye(G.shape[0], dtype=G.dtype)
-    if G.dtype == jnp.float32:
-        # forming GGᵀ in float32 loses enough that the bound can exceed the exact value (measured:
-        # +1.2e-2·|exact| for 200 inducing points, noise 1e-2): take L_B from the QR factor of
-        # [Gᵀ/σ; I], whose RᵀR = B, at 2–4× the Gram's cost (so float64 keeps the Gram)
-        R = jnp.linalg.qr(jnp.concatenate([G.T / jnp.sqrt(noise_variance), eye]), mode="r")
-        return (R * jnp.sign(jnp.diagonal(R))[:, None]).T
-    return jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
-
-
-def woodbury_log_density(LB, Zr, n, rr, noise_variance):
-    r""":math:`\log\mathcal N(\mathbf r\mid 0, ZZ^\top + \sigma^2 I)` by Woodbury from
-    :math:`L_B` (:func:`capacitance_cholesky` of :math:`G` with :math:`GG^\top = Z^\top Z`),
-    :math:`Z^\top\mathbf r` (M', ...) and :math:`\mathbf r^\top\mathbf r` (...): with
-    :math:`\mathbf e = L_B^{-1}Z^\top\mathbf r`, :math:`-\tfrac N2\log 2\pi\sigma^2 - \sum\log L_{B,ii}
-    - \mathbf r^\top\mathbf r/2\sigma^2 + \|\mathbf e\|^2/2\sigma^4`. Trailing axes of Zr are
-    independent right-hand sides (one value each)."""
-    s2 = noise_variance
-    e = solve_triangular(LB, Zr, lower=True)
-    return (-0.5 * n * jnp.log(2 * math.pi * s2) - jnp.sum(jnp.log(jnp.diag(LB)))
-            - 0.5 * rr / s2 + 0.5 * jnp.sum(e**2, axis=0) / s2**2)  # Eq. (30) [2]
 
 
 def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):

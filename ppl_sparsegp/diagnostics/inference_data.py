@@ -207,10 +207,13 @@ def _marginal_loo(idata, mcmc):
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model."""
+    from ..approximations.exact_marginal import ExactMarginalGaussian
     from ..approximations.marginal import MarginalGaussian
 
+    marginals = (MarginalGaussian, ExactMarginalGaussian)
+
     def base(fn):
-        while not isinstance(fn, MarginalGaussian) and hasattr(fn, "base_dist"):
+        while not isinstance(fn, marginals) and hasattr(fn, "base_dist"):
             fn = fn.base_dist
         return fn
 
@@ -224,7 +227,7 @@ def _marginal_loo(idata, mcmc):
 
     first = trace({k: v[0] for k, v in flat.items()})
     sites = [n for n, s in first.items()
-             if s["type"] == "sample" and s["is_observed"] and isinstance(base(s["fn"]), MarginalGaussian)]
+             if s["type"] == "sample" and s["is_observed"] and isinstance(base(s["fn"]), marginals)]
     if not sites or "log_likelihood" not in idata.groups():
         return
     terms = jax.jit(lambda d: jax.lax.map(

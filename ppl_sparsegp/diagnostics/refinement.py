@@ -107,7 +107,9 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
     :returns: dict with ``ok``, ``message``, ``k_hat`` (None without importance weights), ``ess`` (the
         weights' effective sample size), ``shift_is`` and ``shift_refit`` (``{site: sd}``; the refit's net of
         twice its Monte Carlo error ``mcse_refit``, the raw distance in ``shift_refit_raw``), ``refit_mean``
-        (``{site: mean}``) and ``features`` (the features' descriptions before and after).
+        (``{site: mean}``), ``features`` (the features' descriptions before and after) and, when it fails,
+        ``advised_features`` (``{gp name: FourierFeatures}`` for the next fit: the same box, the frequencies
+        that resolve the refined posterior's lower 5% lengthscale quantile, at least the refined count).
     :raises ValueError: for empty or ragged draws, fewer than 2 draws, a model site missing from ``samples``,
         ``max_draws`` < 2, a threshold ≤ 0, or a model without refinable features.
     """
@@ -150,6 +152,7 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         w /= w.sum()
         weighted = _moments(flat, hyper, w)  # the refined posterior's moments, by importance sampling
         result.update(k_hat=float(k_hat), ess=float(1.0 / np.sum(w**2)), shift_is=_shifts(moments, weighted, weighted))
+        result["refined_q05"] = {n: _weighted_quantile(flat[n], w, 0.05).tolist() for n in hyper}
     if refit is False and result["k_hat"] is None:
         raise ValueError("refinement_check(refit=False) on a model whose inducing variables are sampled: importance "
                          "weights need marginal_spectral_gp; let the check refit (refit=None or True)")
@@ -169,6 +172,8 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         result["refit_q05"] = {n: np.quantile(np.asarray(refit_draws[n]).reshape(num_samples, -1), 0.05,
                                               axis=0).tolist() for n in hyper}
     result["ok"], result["message"] = _verdict(result, moments, threshold, gps)
+    advised = {name: _advised_feature(result, name, feature, nu) for name, feature, nu in gps}
+    result["advised_features"] = {} if result["ok"] else {n: a[0] for n, a in advised.items() if a is not None}
     return result
 
 
@@ -203,6 +208,15 @@ def _log_ratio(model, draws, args, kwargs, times):
     return refined - base
 
 
+def _weighted_quantile(draws, w, q):
+    """The q-quantile of each component of draws (S, ...) under normalised weights w (S,)."""
+    v = np.asarray(draws, dtype=float).reshape(len(w), -1)
+    order = np.argsort(v, axis=0)
+    cdf = np.cumsum(w[order], axis=0)
+    idx = np.argmax(cdf >= q, axis=0)
+    return np.take_along_axis(v, order, axis=0)[idx, np.arange(v.shape[1])]
+
+
 def _describe(gps, refined) -> list:
     """One line per GP: its features before and after refinement (and the lengthscale VFF resolves)."""
     out = []
@@ -230,16 +244,40 @@ def _verdict(result, moments, threshold, gps):
         return True, f"survives refinement: {summary}"
     moved = ", ".join(f"{n} {float(np.mean(moments[n][0])):.3g} → {float(np.mean(result['refit_mean'][n])):.3g}"
                       for n in result["refit_mean"] if result["shift_refit"].get(n, 0) > threshold)
-    advice = []
-    for name, feature, nu in gps:
-        site = f"{name}_kernel_lengthscale"
-        if hasattr(feature, "resolved_lengthscale") and nu is not None and site in result.get("refit_q05", {}):
-            short = float(np.min(result["refit_q05"][site]))
-            have = feature.resolved_lengthscale(nu)
-            if short < have:
-                advice.append(f"{site} reaches {short:.3g} where the features resolve {have:.3g}: use "
-                              f"FourierFeatures.from_data(x, lengthscale={short:.3g}, ...) or "
-                              f"{feature.refined().num_frequencies}+ frequencies")
+    advice = [a for a in (_advice(result, name, feature, nu) for name, feature, nu in gps) if a]
     fix = "; ".join(advice) or "refit with the refined features (refined_features() or more frequencies) and compare"
     why = "the draws cannot reach the refined posterior's mass" if bad_k else "the posterior moves"
     return False, f"fails refinement: {why} ({summary}){'; ' + moved if moved else ''}; {fix}"
+
+
+def _advised_feature(result, name, feature, nu):
+    """(features for the next fit of one VFF GP, the refined posterior's 5% lengthscale quantile or None),
+    or None for other families: the same box (built from the prior, it serves its long lengthscales; a box
+    for ℓ_min alone would take them away) with the frequencies that resolve that quantile (the refit's,
+    else the importance-weighted one) at 1% of the prior variance, and at least the refined count, under
+    which the refined posterior was found."""
+    from ..features.fourier import FourierFeatures, frequencies_needed
+
+    if not isinstance(feature, FourierFeatures) or nu is None:
+        return None
+    site = f"{name}_kernel_lengthscale"
+    quantiles = result.get("refit_q05") or result.get("refined_q05") or {}
+    short = float(np.min(quantiles[site])) if site in quantiles else None
+    m = feature.refined().num_frequencies
+    if short is not None and short > 0:
+        m = max(m, frequencies_needed(feature.a, feature.b, short, nu, 0.01))
+    return FourierFeatures(feature.a, feature.b, m), short
+
+
+def _advice(result, name, feature, nu):
+    """The message's fix for one GP (None where there is none to give)."""
+    advised = _advised_feature(result, name, feature, nu)
+    if advised is None:
+        return None
+    (new, short), site = advised, f"{name}_kernel_lengthscale"
+    reach = "" if short is None else (f"{site}'s refined posterior reaches {short:.3g} (5% quantile) where the "
+                                      f"features resolve {feature.resolved_lengthscale(nu):.3g}: ")
+    lengthscale = f"{short:.3g}" if short is not None else f"{new.resolved_lengthscale(nu):.3g}"
+    return (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the same "
+            f"box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, {lengthscale}, "
+            f"nu={nu:g}, max_lengthscale=<the lengthscale prior>))")

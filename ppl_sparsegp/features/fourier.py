@@ -121,14 +121,19 @@ class FourierFeatures(InducingFeature):
         :param nu: the Matérn order (0.5, 1.5 or 2.5).
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param margin: the box margin in lengthscales ℓ_max (≥ 0).
-        :param max_lengthscale: ℓ_max, the longest lengthscale of interest (default: the prior's upper
-            quantile, or ℓ_min for a number).
+        :param max_lengthscale: ℓ_max, the longest lengthscale of interest, or the lengthscale's prior
+            (its ``1 − quantile`` quantile). Default: the prior's upper quantile, or ℓ_min for a number,
+            so ``from_data(x, 0.5)`` sizes its box for ℓ ≈ 0.5 only; to resolve a short lengthscale
+            and keep the box that serves a prior's long ones, pass the prior here:
+            ``from_data(x, 0.5, max_lengthscale=ell_prior)``. :meth:`served_lengthscales` says which
+            lengthscales a feature serves.
         :param quantile: the prior's quantiles taken as ℓ_min and ℓ_max (default 1%: a posterior in the
             prior's tail is still resolved; it was 5%, which the refinement check showed too short).
         :param max_margin: the cap of the margin, in data spans (≥ 0, ``inf`` for none; it never goes below
             margin·ℓ_min).
         :raises ValueError: for empty or non-finite x, a tolerance outside (0, 1), a negative margin.
         """
+        _require_concrete(x, lengthscale, max_lengthscale)
         x = np.asarray(x, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
             raise ValueError("x must be a non-empty array of finite inputs")
@@ -160,6 +165,16 @@ class FourierFeatures(InducingFeature):
         """The same box with twice the highest frequency (2M − 1 frequencies): it resolves lengthscales
         half as long (:meth:`resolved_lengthscale`)."""
         return FourierFeatures(self.a, self.b, 2 * self.num_frequencies - 1)
+
+    def served_lengthscales(self, x, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0) -> tuple:
+        """(ℓ_short, ℓ_long): the lengthscales these features serve for inputs x. ℓ_short is
+        :meth:`resolved_lengthscale` (shorter ones leave more than ``tolerance`` of the prior variance
+        unresolved); ℓ_long = pad / margin, with pad the box's smaller margin beyond x, is the longest
+        lengthscale whose edge effect (about ``margin`` lengthscales into the box) stays off the data,
+        the rule of :meth:`from_data` read backwards."""
+        x = np.asarray(x, dtype=float)
+        pad = min(float(x.min()) - self.a, self.b - float(x.max()))
+        return self.resolved_lengthscale(nu, tolerance), max(pad, 0.0) / margin if margin > 0 else math.inf
 
     def resolved_lengthscale(self, nu: float = 1.5, tolerance: float = 0.01) -> float:
         """The shortest Matérn-ν lengthscale of which these frequencies leave at most ``tolerance`` of the
@@ -214,12 +229,25 @@ def _positive(value, what):
     return value
 
 
+def _require_concrete(*values):
+    """The size rule reads numbers: inputs and a prior traced by a model being compiled (x computed from a
+    sampled value, a prior whose parameters are sampled) cannot size features; say where to build them."""
+    if not all(is_concrete(leaf) for v in values for leaf in jax.tree.leaves(v)):
+        raise ValueError("FourierFeatures.from_data needs concrete inputs and a prior with fixed parameters: "
+                         "it sizes the features (a static shape), which a value sampled in the model cannot "
+                         "do. Build the features outside the model, e.g. feature = FourierFeatures.from_data("
+                         "t, ell_prior, nu=2.5) before defining the model, and use `feature` inside it")
+
+
 def _prior_quantile(prior, q):
-    """The q-quantile of a NumPyro distribution (``icdf`` where it has one, else 20 000 fixed-key draws)."""
-    try:
-        value = prior.icdf(jnp.asarray(q))
-    except (NotImplementedError, AttributeError, ImportError):  # e.g. Gamma's icdf needs tfp
-        value = jnp.quantile(prior.sample(jax.random.PRNGKey(0), (20_000,)), q, axis=0)
+    """The q-quantile of a NumPyro distribution (``icdf`` where it has one, else 20 000 fixed-key draws),
+    evaluated now even inside a model's trace (the prior's parameters are concrete there: NUTS traces the
+    model to compile its potential, and the quantile must stay a number)."""
+    with jax.ensure_compile_time_eval():
+        try:
+            value = prior.icdf(jnp.asarray(q))
+        except (NotImplementedError, AttributeError, ImportError):  # e.g. Gamma's icdf needs tfp
+            value = jnp.quantile(prior.sample(jax.random.PRNGKey(0), (20_000,)), q, axis=0)
     value = np.asarray(value, dtype=float)
     if not (np.all(np.isfinite(value)) and np.all(value > 0)):
         raise ValueError(f"the lengthscale prior {prior!r} has its {q} quantile at {value!r}: give a prior on "
@@ -234,7 +262,8 @@ def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01)
     :param lengthscale: a positive number (or one per dimension), or a prior (a NumPyro distribution,
         scalar or with one entry per dimension): then ℓ_min and ℓ_max are its ``quantile`` and
         ``1 − quantile`` quantiles.
-    :param max_lengthscale: ℓ_max explicitly (default: the prior's upper quantile, or ℓ_min for a number).
+    :param max_lengthscale: ℓ_max explicitly, or a prior whose ``1 − quantile`` quantile is ℓ_max
+        (default: the prior's upper quantile, or ℓ_min for a number).
     :returns: two float64 NumPy arrays (shape () or (D,)).
     :raises ValueError: for a non-positive or non-finite value, ℓ_max < ℓ_min, a quantile outside
         (0, ½), a prior whose support is not positive.
@@ -245,7 +274,9 @@ def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01)
         lo, hi = _prior_quantile(lengthscale, quantile), _prior_quantile(lengthscale, 1 - quantile)
     else:
         lo = hi = _positive(lengthscale, "lengthscale")
-    if max_lengthscale is not None:
+    if isinstance(max_lengthscale, Distribution):
+        hi = _prior_quantile(max_lengthscale, 1 - quantile)
+    elif max_lengthscale is not None:
         hi = _positive(max_lengthscale, "max_lengthscale")
     if not np.all(hi >= lo):
         raise ValueError(f"max_lengthscale {hi!r} must be at least the smallest lengthscale {lo!r}")

@@ -15,7 +15,8 @@ structure cannot do fast raises ``NotImplementedError`` instead of densifying si
 One file per structure: :mod:`.base` (the :class:`LinearOperator` interface), :mod:`.dense` (:class:`Dense`,
 :class:`StackedBlockDiag`), :mod:`.diagonal` (:class:`Diagonal`, :class:`Identity`), :mod:`.low_rank`
 (:class:`DiagPlusLowRank`), :mod:`.structured` (:class:`BlockDiag`, :class:`Kronecker`,
-:class:`KroneckerSum`) and :mod:`.cholesky` (:func:`triangular_inverse`, :func:`stacked_cholesky`).
+:class:`KroneckerSum`), :mod:`.cholesky` (:func:`triangular_inverse`, :func:`stacked_cholesky`) and
+:mod:`.woodbury` (the one Woodbury/capacitance numerics of every low-rank-plus-noise marginal).
 """
 from .base import LinearOperator
 from .cholesky import stacked_cholesky, triangular_inverse

@@ -1,0 +1,202 @@
+r"""A data-driven choice of the features of a user's own model: a cheap pilot fit before NUTS.
+
+The size rule :meth:`FourierFeatures.from_data(x, prior) <ppl_sparsegp.features.fourier.FourierFeatures.from_data>`
+reads the lengthscales from the prior. When the data put a lengthscale far into the prior's tail, or the
+noise is small against the signal (then 1 % of the prior variance left unresolved is as large as the
+noise variance), features sized by the prior displace the posterior, and only the refinement check says so.
+:func:`choose_features` asks the data first:
+
+1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
+   hyperparameters) runs with every feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`:
+   generously resolved; O(M'³) per evaluation from the statistics), and its log joint is maximised by
+   L-BFGS (:func:`~ppl_sparsegp.approximations.optimise.map_lbfgs`, type-II MAP) from ``starts`` points
+   spread over the priors' quantiles, so that a second mode is not lost.
+2. **Modes.** Every optimum whose log joint is within ``log_mass_gap`` of the best is kept; at each a
+   Laplace approximation (the Hessian in the unconstrained coordinates) gives the lengthscale's lower
+   ``quantile``, :math:`\ell_q = \exp(\log\hat\ell - z_q\,\mathrm{sd}(\log\ell))`, and the GP's
+   variance :math:`\sigma_f^2` and the noise :math:`\sigma_n^2` there.
+3. **Features.** Each VFF GP keeps its box (from the prior: it serves the prior's long lengthscales) and
+   gets the fewest frequencies that leave at most :math:`\tau = c\,\sigma_n^2/\sigma_f^2` (``noise_fraction``
+   c = 1 %, at most 1 %) of the prior variance unresolved at the shortest :math:`\ell_q` of every kept
+   mode: the union of what the modes need. Other features (the periodic kernel's harmonics, other
+   families) are kept as given.
+
+References:
+    1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §3 (the
+       spectral tail the size rule bounds).
+    2. MacKay (2003), Information theory, inference and learning algorithms, ch. 27 (Laplace's method).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.util import log_density
+
+from ..features.base import refined_features
+from ..features.fourier import FourierFeatures, frequencies_needed
+from .optimise import map_lbfgs
+
+__all__ = ["choose_features", "ChosenFeatures"]
+
+#: the largest latent site (values per draw) the pilot treats as a hyperparameter
+_MAX_HYPER_SIZE = 16
+
+
+class ChosenFeatures(dict):
+    """``{gp name: feature}`` for the model's ``features`` argument, with the pilot's record in ``info``:
+    ``modes`` (per kept optimum: ``log_joint``, ``values``, per GP ``lengthscale``, ``lengthscale_q``,
+    ``variance``, ``noise_variance``, ``tolerance``) and per GP the ``needed`` lengthscale and tolerance."""
+
+    info: dict
+
+
+def _trace(model, args, kwargs, values=None):
+    m = handlers.seed(model, 0) if values is None else handlers.substitute(handlers.seed(model, 0), data=values)
+    with handlers.block():
+        return handlers.trace(m).get_trace(*args, **kwargs)
+
+
+def _sites(trace):
+    """{name: prior} of the latent sites; refuses a model with latent functions (not collapsed)."""
+    sites = {n: s["fn"] for n, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+    big = [n for n, s in trace.items() if n in sites and np.size(s["value"]) > _MAX_HYPER_SIZE]
+    if big or not sites:
+        raise ValueError("choose_features needs a model whose only latent sites are hyperparameters (Gaussian "
+                         "observations through marginal_spectral_gp); " + (f"{big} are latent functions" if big
+                                                                           else "this model has none"))
+    gps = [s for s in trace.values() if s["type"] == "sample" and "ppl_sparsegp_kernels" in s.get("infer", {})]
+    if not gps:
+        raise ValueError("choose_features found no marginal_spectral_gp in the model")
+    return sites, gps
+
+
+def _starts(sites, starts):
+    """``starts`` initial points: every site at the same prior quantile, spread over (0.1, 0.9)."""
+    levels = np.linspace(0.5, 0.5, 1) if starts == 1 else np.linspace(0.1, 0.9, starts)
+    out = []
+    for q in levels:
+        point = {}
+        for k, p in sites.items():
+            try:
+                point[k] = jnp.asarray(p.icdf(jnp.asarray(q)))
+            except (NotImplementedError, AttributeError, ImportError):
+                point[k] = jnp.quantile(p.sample(jax.random.PRNGKey(1), (2001,)), q, axis=0)
+        out.append(point)
+    return out
+
+
+def _laplace_sd(model, args, kwargs, sites, values):
+    """{site: sd of its unconstrained coordinate} from the Hessian of −log p(y, θ) at ``values``."""
+    transforms = {k: biject_to(p.support) for k, p in sites.items()}
+    u0 = {k: transforms[k].inv(jnp.asarray(values[k])) for k in sites}
+    flat, unravel = ravel_pytree(u0)
+
+    def objective(x):
+        u = unravel(x)
+        return -log_density(model, args, kwargs, {k: transforms[k](v) for k, v in u.items()})[0]
+
+    H = np.asarray(jax.hessian(objective)(flat))
+    lam, U = np.linalg.eigh(0.5 * (H + H.T))
+    cov = (U / np.maximum(lam, 1e-12)) @ U.T  # a flat direction: a very wide Laplace, not a crash
+    sd = unravel(jnp.asarray(np.sqrt(np.maximum(np.diag(cov), 0.0))))
+    return {k: np.asarray(v) for k, v in sd.items()}
+
+
+def _lengthscale_site(gp, ell, values):
+    """The site sampling a GP's lengthscale: ``<gp>_kernel_lengthscale`` (a kernel template), else the
+    site whose value is the kernel's lengthscale (a value the model sampled itself); None if fixed."""
+    if f"{gp}_kernel_lengthscale" in values:
+        return f"{gp}_kernel_lengthscale"
+    ell = np.asarray(ell)
+    return next((k for k, v in values.items() if np.shape(v) == ell.shape and np.allclose(np.asarray(v), ell)), None)
+
+
+def _mode_record(model, args, kwargs, sites, values, log_joint, z):
+    """The per-GP figures at one optimum (module docstring, step 2)."""
+    trace = _trace(model, args, kwargs, values)
+    sd = _laplace_sd(model, args, kwargs, sites, values)
+    gps = {}
+    for site in _sites(trace)[1]:
+        s2 = float(np.reshape(site["fn"].noise_variance, ()))
+        for (gp, feature, nu) in site["infer"]["ppl_sparsegp_gps"]:
+            kernel = site["infer"]["ppl_sparsegp_kernels"][gp]
+            ell = getattr(kernel, "lengthscale", None)
+            if ell is None or nu is None:
+                continue
+            lsite = _lengthscale_site(gp, ell, values)
+            ell = float(np.min(np.asarray(ell)))
+            spread = float(np.max(sd[lsite])) if lsite in sd else 0.0
+            var = float(np.max(np.asarray(kernel.variance)))
+            gps[gp] = {"lengthscale": ell, "lengthscale_q": ell * math.exp(-z * spread), "variance": var,
+                       "noise_variance": s2}
+    return {"log_joint": log_joint, "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
+
+
+def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: float = 0.05,
+                    noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), maxiter: int = 200,
+                    **kwargs) -> ChosenFeatures:
+    r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
+    the data (module docstring): the box of each VFF GP as given (the prior's), its frequencies resolving
+    what the data support, at a tolerance set by the noise.
+
+    :param model: the NumPyro model, called ``model(*args, **kwargs)``; its features are read where
+        ``marginal_spectral_gp`` receives them (build them with ``FourierFeatures.from_data(x, prior)``,
+        the documented start) and the result is passed back as ``{gp name: feature}`` (e.g. a
+        ``features`` argument of the model).
+    :param args: the model's positional arguments (the data).
+    :param refine: refinements of every feature in the pilot (each doubles VFF's highest frequency).
+    :param starts: L-BFGS starts, every site at one prior quantile in (0.1, 0.9).
+    :param quantile: the lower quantile of each mode's Laplace lengthscale the features resolve.
+    :param noise_fraction: c in the tolerance :math:`c\,\sigma_n^2/\sigma_f^2` (capped at 1 %).
+    :param log_mass_gap: optima whose log joint is this much below the best are dropped.
+    :param maxiter: L-BFGS iterations per start.
+    :param kwargs: the model's keyword arguments.
+    :returns: a :class:`ChosenFeatures` ``{gp name: feature}`` with the pilot's record in ``.info``.
+    :raises ValueError: for a model with latent functions or without ``marginal_spectral_gp``, or bad options.
+    """
+    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
+        raise ValueError(f"refine must be a non-negative integer, got {refine!r}")
+    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
+        raise ValueError(f"starts must be a positive integer, got {starts!r}")
+    if not 0 < quantile < 0.5 or not 0 < noise_fraction:
+        raise ValueError(f"quantile must be in (0, 0.5) and noise_fraction positive, got {quantile!r}, "
+                         f"{noise_fraction!r}")
+    base_sites, gps = _sites(_trace(model, args, kwargs))
+    given = {gp: (feature, nu) for site in gps for gp, feature, nu in site["infer"]["ppl_sparsegp_gps"]}
+    z = -float(jax.scipy.stats.norm.ppf(quantile))
+    with refined_features(refine) if refine else contextlib.nullcontext():
+        sites = _sites(_trace(model, args, kwargs))[0]
+        optima = []
+        for init in _starts(sites, starts):
+            values, info = map_lbfgs(model, sites, model_args=args, model_kwargs=kwargs, init=init, maxiter=maxiter)
+            optima.append((-float(info["neg_log_joint"]), values))
+        best = max(lj for lj, _ in optima)
+        modes, seen = [], []
+        for lj, values in sorted(optima, key=lambda o: -o[0]):
+            key = np.concatenate([np.ravel(np.log(np.abs(np.asarray(values[k])) + 1e-300)) for k in sorted(values)])
+            if lj < best - log_mass_gap or any(np.max(np.abs(key - s)) < 0.05 for s in seen):
+                continue  # far below the best, or an optimum already kept
+            seen.append(key)
+            modes.append(_mode_record(model, args, kwargs, sites, values, lj, z))
+    out = ChosenFeatures()
+    needed = {}
+    for gp, (feature, nu) in given.items():
+        figures = [m["gps"][gp] for m in modes if gp in m["gps"]]
+        if not isinstance(feature, FourierFeatures) or not figures or nu is None:
+            out[gp] = feature
+            continue
+        ell = min(f["lengthscale_q"] for f in figures)
+        tol = min(min(0.01, noise_fraction * f["noise_variance"] / f["variance"]) for f in figures)
+        out[gp] = FourierFeatures(feature.a, feature.b, frequencies_needed(feature.a, feature.b, ell, nu, tol))
+        needed[gp] = {"lengthscale": ell, "tolerance": tol}
+    out.info = {"modes": modes, "needed": needed, "starts": starts, "refine": refine,
+                "hyperparameters": sorted(base_sites)}
+    return out
+

@@ -1,0 +1,63 @@
+"""choose_features against a dense sweep of M: data whose lengthscale sits in the prior's 1% tail, little
+noise; the exact posterior of the lengthscale on a grid for each M (an independent computation standing in
+for MCMC) says which M first holds the posterior within 0.1 sd of its converged value; the pilot's choice
+must be at least that and not wastefully more."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer.util import log_density
+
+import ppl_sparsegp as psg
+from ppl_sparsegp import FourierFeatures
+
+jax.config.update("jax_enable_x64", True)
+
+_rng = np.random.default_rng(3)
+N, NOISE = 100, 0.1
+XS = np.sort(_rng.uniform(0.0, 10.0, N))
+PRIOR = dist.LogNormal(np.log(3.0), 0.5)
+_K = np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XS)[:, None]))
+YS = np.linalg.cholesky(_K + 1e-9 * np.eye(N)) @ _rng.normal(size=N) + NOISE * _rng.normal(size=N)
+START = {"f": FourierFeatures.from_data(XS, PRIOR, nu=2.5)}  # the documented start: the prior's rule
+
+
+def model(xs, ys, features=START):
+    psg.marginal_spectral_gp("y", {"f": (features["f"], psg.Matern52(1.0, PRIOR))}, xs, ys, NOISE)
+
+
+def _grid_moments(m, grid=np.linspace(0.3, 8.0, 400)):
+    feats = {"f": FourierFeatures(START["f"].a, START["f"].b, m)}
+    lp = np.asarray(jax.jit(jax.vmap(lambda v: log_density(model, (XS, YS), {"features": feats},
+                                                           {"f_kernel_lengthscale": v})[0]))(jnp.asarray(grid)))
+    w = np.exp(lp - lp.max())
+    w /= w.sum()
+    mean = w @ grid
+    return mean, np.sqrt(w @ (grid - mean) ** 2)
+
+
+def test_pilot_choice_against_a_dense_sweep_of_the_feature_count():
+    chosen = psg.choose_features(model, XS, YS)
+    f = chosen["f"]
+    assert (f.a, f.b) == (START["f"].a, START["f"].b)  # the prior's box is kept
+    ref_mean, ref_sd = _grid_moments(300)
+    sweep = [30, 40, 50, 60, 80]
+    dist_sd = [abs(_grid_moments(m)[0] - ref_mean) / ref_sd for m in sweep]
+    m_min = next(m for i, m in enumerate(sweep) if max(dist_sd[i:]) < 0.1)  # measured: 50
+    assert _grid_moments(START["f"].num_frequencies)[0] < ref_mean - ref_sd  # the prior's rule displaces it
+    assert m_min <= f.num_frequencies <= 2 * m_min, (f.num_frequencies, m_min, dist_sd)
+    mode = chosen.info["modes"][0]["gps"]["f"]
+    assert mode["lengthscale_q"] < mode["lengthscale"] < 1.5  # found where the data put ℓ (0.94), not the prior
+
+
+def test_pilot_refuses_latent_models_and_bad_options():
+    def latent(xs, ys):
+        f = psg.spectral_gp("f", START["f"], psg.Matern52(1.0, PRIOR), xs)
+        numpyro.sample("y", dist.Normal(f, NOISE), obs=ys)
+
+    with pytest.raises(ValueError, match="only latent sites are hyperparameters"):
+        psg.choose_features(latent, XS, YS)
+    with pytest.raises(ValueError, match="starts must be a positive integer"):
+        psg.choose_features(model, XS, YS, starts=0)
