@@ -19,6 +19,7 @@ FLOORS = {
     "conditionals": 4,
     "features": 5,
     "approximations": 6,
+    "optim": 6,
     "stein": 7,
     "diagnostics": 8,
     "fits": 9,
