@@ -2,4 +2,4 @@
 NumPyro optimiser on the other params), AdamW, schedules."""
 from .natural_gradients import AnalyticELBO, NaturalGradient, gamma_ramp
 
-__all__ = ["NaturalGradient", "AnalyticELBO", "gamma_ramp"]
+__all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp"]

@@ -1,8 +1,8 @@
 r"""Natural-gradient steps for the Gaussian q(u) of a sparse GP, alternating with any NumPyro optimiser
 on every other parameter, inside NumPyro's own :class:`~numpyro.infer.SVI`.
 
-Choice: an **optimiser object** that ``SVI`` accepts (:class:`NaturalGradient`, a
-``numpyro.optim._NumPyroOptim``), not a separate ``fit`` loop. ``SVI.update`` hands its optimiser the
+Choice: an **optimiser object** that ``SVI`` accepts (:class:`NaturalGradient`, a subclass of NumPyro's optimiser
+base class), not a separate ``fit`` loop. ``SVI.update`` hands its optimiser the
 step's loss as a function of the (unconstrained) params, with the step's PRNG key (and so its minibatch
 and Monte Carlo draws) fixed; that is all a natural-gradient step needs, so ``SVI.run``, ``SVI.update``,
 ``stable_update``, ``init_params``, the progress bar and every runner built on ``SVI`` work unchanged,
@@ -53,9 +53,11 @@ from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.elbo import ELBO
-from numpyro.optim import Adam, _NumPyroOptim
+from numpyro.optim import Adam
 
-__all__ = ["NaturalGradient", "AnalyticELBO", "gamma_ramp"]
+from ..compat import NumPyroOptim, subsample_indices
+
+__all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp"]
 
 _TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
 _POS = biject_to(constraints.positive)
@@ -174,7 +176,7 @@ def _to_params(family, prefix, m, F):
     return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
 
 
-class NaturalGradient(_NumPyroOptim):
+class NaturalGradient(NumPyroOptim):
     r"""An optimiser for :class:`~numpyro.infer.SVI`: a natural-gradient step for q(u), then a step of
     ``optim`` on every other param (module docstring: the step, its cost, the families).
 
@@ -206,7 +208,7 @@ class NaturalGradient(_NumPyroOptim):
             if not 0 < float(gamma) <= 1:
                 raise ValueError(f"NaturalGradient: gamma must be in (0, 1] or a schedule, got {gamma}")
             value = float(gamma)
-            gamma = lambda step: value  # noqa: E731
+            gamma = lambda step: value
         self.gamma = gamma
         self.update_with_value = False
 
@@ -308,7 +310,7 @@ class AnalyticELBO(ELBO):
         N = X.shape[0]
         k_batch, k_mc = jax.random.split(rng_key)
         if batch_size is not None:
-            idx = jax.random.choice(k_batch, N, (batch_size,), replace=False)
+            idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
             X, y = X[idx], y[idx]
         key = k_mc if gp.likelihood.monte_carlo else None
         elbo = gp.elbo(param_map, X, y, key=key, num_data=N)
