@@ -241,3 +241,59 @@ def test_bad_arguments_are_refused():
     svi = SVI(gp.model, gp.guide, NaturalGradient(gp), AnalyticELBO(gp))
     state = svi.init(jax.random.PRNGKey(0), X, y)  # Gaussian: γ = 1 by default
     assert float(svi.optim.gamma(0)) == 1.0 and state is not None
+
+
+def test_several_latent_gps_step_is_inverse_fisher_times_gradient():
+    """Three latent GPs (RobustMax, 3 classes, one q per class): the joint step equals θ + γF⁻¹∇θ with F
+    the dense Hessian of the sum of the three log-partitions (the family is the product of the three)."""
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-3, 3, (20, 1))
+    y = np.digitize(X[:, 0], [-1.0, 1.0]).astype(float)
+    gp = SparseGP(InducingPoints(np.linspace(-3, 3, 3)[:, None]), KERNEL, psg.RobustMax(3, epsilon=1e-2))
+    M, C, gamma = 3, 3, 0.05  # RobustMax is not log-concave: γ = 0.4 makes this start's precision indefinite
+    start = {}
+    for c in range(C):
+        start[f"f_v_{c}_loc"] = rng.standard_normal(M)
+        start[f"f_v_{c}_scale_tril"] = np.tril(0.2 * rng.standard_normal((M, M))) + np.diag(rng.uniform(0.6, 1.2, M))
+    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, gamma=gamma), AnalyticELBO(gp))
+    state = svi.init(jax.random.PRNGKey(0), X, y, init_params=start)
+    state, _ = svi.update(state, X, y)
+    new = svi.get_params(state)
+    K = M + M * (M + 1) // 2
+
+    def elbo_w(w):
+        params = {}
+        for c in range(C):
+            wc = w[c * K:(c + 1) * K]
+            S = jnp.linalg.inv(-2 * _sym(wc[M:], M))
+            params.update({f"f_v_{c}_loc": S @ wc[:M], f"f_v_{c}_scale_tril": jnp.linalg.cholesky(S)})
+        return gp.elbo(params, X, y)
+
+    def natural(p):
+        out = []
+        for c in range(C):
+            L = p[f"f_v_{c}_scale_tril"]
+            P = np.linalg.inv(L @ L.T)
+            out.append(np.concatenate([P @ p[f"f_v_{c}_loc"], (-0.5 * P)[np.tril_indices(M)]]))
+        return np.concatenate(out)
+
+    w = jnp.asarray(natural(start))
+    F = jax.hessian(lambda w: sum(_log_partition(w[c * K:(c + 1) * K], M) for c in range(C)))(w)
+    w_new = w + gamma * jnp.linalg.solve(F, jax.grad(elbo_w)(w))
+    assert NaturalGradient.rejected_steps(state.optim_state) == 0
+    np.testing.assert_allclose(natural(new), w_new, rtol=1e-8, atol=1e-10)
+
+
+def test_minibatch_loss_is_unbiased():
+    """AnalyticELBO with batch_size = N/4: the mean over 400 keys equals the full-batch loss within 4
+    standard errors (the N/B scaling), and batch_size = N gives the full loss exactly."""
+    X, y = _data()
+    gp = SparseGP(_features()["inducing"], KERNEL, Gaussian(variance=NOISE))
+    loss = AnalyticELBO(gp)
+    params = _random_start(gp, X, y)
+    full = loss.loss(jax.random.PRNGKey(0), params, gp.model, gp.guide, X, y)
+    same = loss.loss(jax.random.PRNGKey(1), params, gp.model, gp.guide, X, y, batch_size=40)
+    np.testing.assert_allclose(same, full, rtol=1e-12)
+    keys = jax.random.split(jax.random.PRNGKey(2), 400)
+    draws = jax.vmap(lambda k: loss.loss(k, params, gp.model, gp.guide, X, y, batch_size=10))(keys)
+    assert abs(float(draws.mean() - full)) < 4 * float(draws.std()) / 20

@@ -311,7 +311,7 @@ class AnalyticELBO(ELBO):
         k_batch, k_mc = jax.random.split(rng_key)
         if batch_size is not None:
             idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
-            X, y = X[idx], y[idx]
+            X, y = jnp.take(jnp.asarray(X), idx, axis=0), jnp.take(jnp.asarray(y), idx, axis=0)
         key = k_mc if gp.likelihood.monte_carlo else None
         elbo = gp.elbo(param_map, X, y, key=key, num_data=N)
         values = gp.point_values(param_map)
