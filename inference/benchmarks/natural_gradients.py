@@ -366,6 +366,7 @@ def main(argv=None):
         print("\n(b) non-conjugate: steps to within 0.1 % of the best ELBO reached (median over converged seeds)\n")
         print(harness.table(result["nonconjugate"], _B_COLUMNS))
     result["load_after"] = os.getloadavg()[0]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     harness.Store(args.out, ["part"], resume=False).write_json(result)
     return result
 
