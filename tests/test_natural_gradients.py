@@ -297,3 +297,35 @@ def test_minibatch_loss_is_unbiased():
     keys = jax.random.split(jax.random.PRNGKey(2), 400)
     draws = jax.vmap(lambda k: loss.loss(k, params, gp.model, gp.guide, X, y, batch_size=10))(keys)
     assert abs(float(draws.mean() - full)) < 4 * float(draws.std()) / 20
+
+
+def test_block_diagonal_q_one_step_on_a_quadratic_objective():
+    """Equal-block q (params ``<site>_scale_tril`` of shape (T, m, m), HVGP's family): on the Gaussian
+    objective Σ_t [b_tᵀm_t − ½m_tᵀΛ_t m_t − ½tr(Λ_tS_t) + ½log|S_t|] one step with γ = 1 lands on
+    m_t = Λ_t⁻¹b_t, S_t = Λ_t⁻¹ (computed densely per block)."""
+    from numpyro.distributions import constraints
+    from numpyro.distributions.transforms import biject_to
+
+    tril = biject_to(constraints.scaled_unit_lower_cholesky)
+    rng = np.random.default_rng(5)
+    T, m = 3, 4
+    R = rng.standard_normal((T, m, m))
+    Lam = np.eye(m) + np.einsum("tij,tkj->tik", R, R)
+    b = rng.standard_normal((T, m))
+
+    def fn(p):
+        mu = p["f_v_loc"].reshape(T, m)
+        L = tril(p["f_v_scale_tril"])
+        S = L @ jnp.swapaxes(L, -1, -2)
+        val = (jnp.sum(b * mu) - 0.5 * jnp.einsum("ti,tij,tj->", mu, Lam, mu)
+               - 0.5 * jnp.einsum("tij,tji->", Lam, S) + jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1))))
+        return -val, None
+
+    opt = NaturalGradient("f_v", gamma=1.0)
+    L0 = np.tril(0.3 * rng.standard_normal((T, m, m))) + 1.5 * np.eye(m)
+    state = opt.init({"f_v_loc": jnp.asarray(rng.standard_normal(T * m)), "f_v_scale_tril": tril.inv(L0)})
+    _, state = opt.eval_and_update(fn, state)
+    new = opt.get_params(state)
+    L = tril(new["f_v_scale_tril"])
+    np.testing.assert_allclose(new["f_v_loc"].reshape(T, m), np.linalg.solve(Lam, b[..., None])[..., 0], rtol=1e-9)
+    np.testing.assert_allclose(L @ np.swapaxes(L, -1, -2), np.linalg.inv(Lam), rtol=1e-9, atol=1e-12)
