@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from numpyro.contrib.einstein import SteinVI
+from numpyro.optim import _NumPyroOptim
 
-__all__ = ["backends_initialised", "set_host_device_count", "SteinVIWithDivergence", "subsample_indices",
-           "inside_model_run", "mcmc_run_arguments"]
+__all__ = ["NumPyroOptim", "SteinVIWithDivergence", "backends_initialised", "inside_model_run",
+           "mcmc_run_arguments", "set_host_device_count", "subsample_indices"]
+
+#: NumPyro's optimiser base class (private name): what ``SVI`` accepts as an optimiser object; a subclass
+#: may override ``eval_and_update`` (``ppl_sparsegp.optim.NaturalGradient`` does).
+NumPyroOptim = _NumPyroOptim
 
 
 def backends_initialised() -> bool:

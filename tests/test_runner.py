@@ -283,3 +283,32 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
     line = user_error(["fit", "solar", "--method", "svi", "--steps", "30", "--lr", "1e30", "--num-inducing", "5",
                        "--out", str(tmp_path / "nan")], capsys)
     assert re.search(r"SVI stopped at step \d+ of 30: the loss is .* not finite: .*Lower the learning rate", line)
+
+
+def test_svi_default_is_natural_gradients_with_adam_one_flag_away():
+    """--method svi steps q(u) by natural gradients where the q family has natural parameters (Adam on the
+    rest), Adam elsewhere; on a Gaussian SparseGP with fixed hyperparameters one fit_svi step reaches the
+    collapsed bound (the loss is minus the bound)."""
+    import jax
+
+    from inference.runner import fit_svi, svi_optimizer
+    from ppl_sparsegp import CollapsedGP, SparseGP
+    from ppl_sparsegp.approximations.collapsed import collapsed_elbo
+    from ppl_sparsegp.features import InducingPoints
+    from ppl_sparsegp.kernels import SquaredExponential
+    from ppl_sparsegp.likelihoods import Gaussian
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (30, 1))
+    y = np.sin(X[:, 0]) + 0.2 * rng.standard_normal(30)
+    kernel, feature = SquaredExponential(variance=1.0, lengthscale=0.7), InducingPoints(np.linspace(-3, 3, 6)[:, None])
+    gp = SparseGP(feature, kernel, Gaussian(variance=0.04))
+    optim, elbo, name = svi_optimizer(gp, "natgrad", 0.01)
+    assert name == "natgrad" and float(optim.gamma(0)) == 1.0
+    result, _ = fit_svi(gp, X, y, steps=1, rng_key=jax.random.PRNGKey(0), optim=optim, elbo=elbo)
+    bound = float(collapsed_elbo(feature, kernel, X, y, 0.04))
+    assert float(result.losses[-1]) == pytest.approx(-bound, rel=1e-10)
+    assert svi_optimizer(gp, "adam")[2] == "adam"
+    assert svi_optimizer(CollapsedGP(feature, kernel, Gaussian(variance=0.04)))[2] == "adam"
+    assert svi_optimizer(SparseGP(feature, kernel, Gaussian(variance=0.04), residual="marginal"))[2] == "adam"
+    assert float(svi_optimizer(gp, model_kwargs={"batch_size": 10})[0].gamma(0)) == pytest.approx(1e-4)

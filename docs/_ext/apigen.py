@@ -28,6 +28,7 @@ SECTIONS = [
     ("Features and their dispatchers", ["ppl_sparsegp.features", "ppl_sparsegp.covariances",
                                         "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian"]),
     ("Approximations, q families and primitives", ["ppl_sparsegp.approximations"]),
+    ("Optimisers: natural gradients", ["ppl_sparsegp.optim"]),
     ("Stein particle inference", ["ppl_sparsegp.stein"]),
     ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
     ("Fits, sharding and data", ["ppl_sparsegp.fits", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets",

@@ -217,10 +217,11 @@ class SparseGP(GPModel):
         return jax.vmap(lambda m, Sl: conditional(feature, kernel, X, m, Sl, whiten=self.whiten, Kmm=Kmm),
                         out_axes=-1)(locs, stacked)
 
-    def elbo(self, params: dict, X, y, key=None):
+    def elbo(self, params: dict, X, y, key=None, *, num_data: int | None = None):
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}(q(\mathbf u)\,\|\,
         p(\mathbf u))` at the given SVI params (all of the guide's params: a missing one raises
-        ``ValueError``); exact, or Monte Carlo with ``key`` for a Monte Carlo likelihood (Softmax)."""
+        ``ValueError``); exact, or Monte Carlo with ``key`` for a Monte Carlo likelihood (Softmax). With
+        ``num_data`` = N, (X, y) is a minibatch and its data term is scaled by N / len(X) (unbiased)."""
         if self.residual != "expected":
             raise NotImplementedError(f"elbo() is the SVGP bound of residual='expected'; this model has "
                                       f"residual={self.residual!r}")
@@ -231,7 +232,8 @@ class SparseGP(GPModel):
             Kmm if self.num_latent_gps == 1 else BlockDiag((Kmm,) * self.num_latent_gps))
         ve = likelihood.variational_expectation(y, mean + c, var, key=key) if likelihood.monte_carlo \
             else likelihood.variational_expectation(y, mean + c, var)
-        return jnp.sum(ve) - gaussian_kl(loc, S, prior)
+        scale = 1.0 if num_data is None else num_data / X.shape[0]
+        return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
 
     def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new.

@@ -1,0 +1,320 @@
+r"""Natural-gradient steps for the Gaussian q(u) of a sparse GP, alternating with any NumPyro optimiser
+on every other parameter, inside NumPyro's own :class:`~numpyro.infer.SVI`.
+
+Choice: an **optimiser object** that ``SVI`` accepts (:class:`NaturalGradient`, a subclass of NumPyro's optimiser
+base class), not a separate ``fit`` loop. ``SVI.update`` hands its optimiser the
+step's loss as a function of the (unconstrained) params, with the step's PRNG key (and so its minibatch
+and Monte Carlo draws) fixed; that is all a natural-gradient step needs, so ``SVI.run``, ``SVI.update``,
+``stable_update``, ``init_params``, the progress bar and every runner built on ``SVI`` work unchanged,
+with any ELBO. :class:`AnalyticELBO` is the matching loss: the SVGP bound with the expectation over q(u)
+in closed form (Gauss–Hermite where the likelihood has no closed form), so that the step is exact (a
+Gaussian likelihood on the full batch lands on the optimal q in one step with γ = 1); with
+``TraceMeanField_ELBO`` the step is a stochastic natural gradient (Monte Carlo over u).
+
+**The step** [1, 2] (q(v) = N(m, S) over the M inducing coordinates, whitened or not). Natural parameters
+:math:`\theta = (S^{-1}m, -\tfrac12 S^{-1})`, expectation parameters :math:`\eta = (m, S + mm^\top)`;
+the natural gradient with respect to θ is the ordinary gradient with respect to η, so
+
+.. math::
+    S_{new}^{-1} = S^{-1} - 2\gamma\,\mathrm{sym}(\partial\mathcal L/\partial\eta_2), \qquad
+    S_{new}^{-1}m_{new} = S^{-1}m + \gamma\,\partial\mathcal L/\partial\eta_1 .
+
+:math:`\partial\mathcal L/\partial\eta` is one reverse-mode pass through the loss written in (m, S) (the
+cost of one ordinary gradient); then one Cholesky of the new precision (full q: M³/3, the full q's own
+factor; block-diagonal q: one per block, batched; mean-field q: O(M)). Nothing here touches Kuu: its
+structure is used by the loss (a diagonal Kuu costs no M³ there).
+
+**Families.** Full (``q_cov="full"``), mean field (``"diag"``: per coordinate θ₁ = m/s², θ₂ = −1/(2s²)) and
+block-diagonal with equal blocks (``"block-diag"``: one full natural parameter per block). Not supported:
+``"two-kron"`` (S = ⊗LLᵀ + ⊗JJᵀ is not an exponential family: the step's new precision
+:math:`S^{-1} - 2\gamma G` has no two-Kronecker form, so the natural parameters of the family do not
+exist), and a block-diagonal q with unequal blocks (params ``<site>_scale_tril_<t>``; use Adam for it).
+
+**Schedule.** ``gamma`` is a number or a callable ``step -> γ`` (:func:`gamma_ramp`: log-linear from
+1e-4 to 0.1 as Salimbeni et al. [2, §4] for non-conjugate likelihoods). A step whose new precision is
+not positive definite (its Cholesky is not finite) is rejected: q stays, and γ is halved for all later
+steps (the failure GPflow#820 and gpytorch#1300 report for non-conjugate likelihoods above ~10³ points).
+
+**Alternation.** Each ``SVI`` step first takes the natural-gradient step for q, then one step of the
+inner optimiser (default ``Adam(0.01)``) on every other param (kernel, likelihood, mean, features) with
+the gradient at the new q: two gradient evaluations per step. For a Gaussian likelihood with γ = 1 the
+inner optimiser so follows the gradient of the collapsed bound (q optimal at each step).
+
+References:
+    1. Hensman, Fusi, Lawrence (2013), Gaussian processes for big data, UAI.
+    2. Salimbeni, Eleftheriadis, Hensman (2018), Natural gradients in practice: non-conjugate
+       variational inference in Gaussian process models, AISTATS.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import biject_to
+from numpyro.infer.elbo import ELBO
+from numpyro.optim import Adam
+
+from ..compat import NumPyroOptim, subsample_indices
+
+__all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp"]
+
+_TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
+_POS = biject_to(constraints.positive)
+
+
+def gamma_ramp(start: float = 1e-4, end: float = 0.1, num_steps: int = 10):
+    r"""The step-size schedule of [2, §4]: γ rises log-linearly from ``start`` to ``end`` over
+    ``num_steps`` steps, then stays at ``end``: :math:`\gamma_t = \min(\gamma_{end},
+    \gamma_{start}(\gamma_{end}/\gamma_{start})^{t/T})`.
+
+    :param start: γ at step 0 (> 0).
+    :param end: the final γ, in (0, 1].
+    :param num_steps: T, the length of the ramp (>= 1).
+    :returns: a callable ``step -> γ`` (jax-traceable).
+    :raises ValueError: for γ outside (0, 1] or ``num_steps`` < 1.
+    """
+    if not (0 < start <= 1 and 0 < end <= 1):
+        raise ValueError(f"gamma_ramp: start and end must be in (0, 1], got start={start}, end={end}")
+    if int(num_steps) < 1:
+        raise ValueError(f"gamma_ramp: num_steps must be >= 1, got {num_steps}")
+    ratio = jnp.log(end / start)
+
+    def gamma(step):
+        t = jnp.minimum(jnp.asarray(step, jnp.float32) / num_steps, 1.0)
+        return start * jnp.exp(ratio * t)
+
+    return gamma
+
+
+def _sites(target):
+    """The q sites' prefixes: a SparseGP (``site``, ``num_latent_gps``) or a name / list of names."""
+    if isinstance(target, str):
+        return (target,)
+    if hasattr(target, "site") and hasattr(target, "num_latent_gps"):
+        if target.num_latent_gps == 1:
+            return (target.site,)
+        return tuple(f"{target.site}_{l}" for l in range(target.num_latent_gps))
+    names = tuple(target)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"NaturalGradient: sites must be a SparseGP, a site name or a list of site names "
+                         f"(e.g. 'f_v'), got {target!r}")
+    return names
+
+
+def _family(prefix, params):
+    """'full' / 'block' / 'diag' from the q params present (the families of approximations.variational)."""
+    if f"{prefix}_loc" not in params:
+        raise ValueError(f"NaturalGradient: no param {prefix}_loc: the guide has no q over site {prefix!r} "
+                         f"(params: {sorted(params)}); pass the model whose guide SVI runs")
+    if f"{prefix}_scale_tril" in params:  # unconstrained: (M(M+1)/2,) full, (T, m(m+1)/2) equal blocks
+        return "full" if jnp.ndim(params[f"{prefix}_scale_tril"]) == 1 else "block"
+    if f"{prefix}_scale" in params:
+        return "diag"
+    raise ValueError(f"NaturalGradient: q over {prefix!r} is not a full, diagonal or equal-block "
+                     f"block-diagonal Gaussian (params {sorted(k for k in params if k.startswith(prefix))}); "
+                     f"a two-Kronecker q or unequal blocks have no natural-parameter step: use "
+                     f"q_cov='full' or 'diag', or Adam (--optimizer adam)")
+
+
+# --- (m, S) <-> unconstrained params, and the step, per family --------------------------------------
+def _moments(family, prefix, params):
+    """(m, factor): factor L (lower, (..., M, M)) for full/block, the scale s (M,) for diag."""
+    m = params[f"{prefix}_loc"]
+    if family == "diag":
+        return m, _POS(params[f"{prefix}_scale"])
+    L = _TRIL(params[f"{prefix}_scale_tril"])
+    return (m if family == "full" else m.reshape(L.shape[:-1])), L
+
+
+def _eta(family, m, F):
+    """Expectation parameters (m, S + mmᵀ) (diag: (m, s² + m²))."""
+    if family == "diag":
+        return m, F**2 + m**2
+    return m, F @ jnp.swapaxes(F, -1, -2) + m[..., :, None] * m[..., None, :]
+
+
+def _params_from_eta(family, prefix, eta):
+    """Unconstrained q params at the expectation parameters η (differentiable)."""
+    m, e2 = eta
+    if family == "diag":
+        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(jnp.sqrt(e2 - m**2))}
+    S = e2 - m[..., :, None] * m[..., None, :]
+    L = jnp.linalg.cholesky(0.5 * (S + jnp.swapaxes(S, -1, -2)))
+    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(L)}
+
+
+def _chol_solve(Lc, b):
+    return solve_triangular(jnp.swapaxes(Lc, -1, -2), solve_triangular(Lc, b, lower=True), lower=False)
+
+
+def _natural_step(family, m, F, g1, g2, gamma):
+    r"""One step in θ with the ELBO's gradient (g1, g2) in η: returns (m_new, F_new, ok)."""
+    if family == "diag":
+        prec = 1.0 / F**2
+        prec_new = prec - 2.0 * gamma * g2                            # θ₂ ← θ₂ + γ ∂L/∂η₂
+        theta1 = prec * m + gamma * g1                                # θ₁ ← θ₁ + γ ∂L/∂η₁
+        ok = jnp.all(prec_new > 0)
+        prec_new = jnp.where(ok, prec_new, prec)
+        return theta1 / prec_new, jnp.sqrt(1.0 / prec_new), ok
+    eye = jnp.broadcast_to(jnp.eye(F.shape[-1], dtype=F.dtype), F.shape)
+    Finv = solve_triangular(F, eye, lower=True)                       # L⁻¹
+    prec = jnp.swapaxes(Finv, -1, -2) @ Finv                          # S⁻¹ = L⁻ᵀL⁻¹
+    g2 = 0.5 * (g2 + jnp.swapaxes(g2, -1, -2))
+    prec_new = prec - 2.0 * gamma * g2
+    theta1 = (prec @ m[..., None])[..., 0] + gamma * g1
+    Lp = jnp.linalg.cholesky(prec_new)                                # the full q's own factor
+    m_new = _chol_solve(Lp, theta1[..., None])[..., 0]
+    F_new = jnp.linalg.cholesky(_chol_solve(Lp, eye))                 # chol(S_new)
+    ok = jnp.all(jnp.isfinite(Lp)) & jnp.all(jnp.isfinite(F_new)) & jnp.all(jnp.isfinite(m_new))
+    return m_new, F_new, ok
+
+
+def _to_params(family, prefix, m, F):
+    if family == "diag":
+        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(F)}
+    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
+
+
+class NaturalGradient(NumPyroOptim):
+    r"""An optimiser for :class:`~numpyro.infer.SVI`: a natural-gradient step for q(u), then a step of
+    ``optim`` on every other param (module docstring: the step, its cost, the families).
+
+    Use as::
+
+        svi = SVI(gp.model, gp.guide, NaturalGradient(gp, Adam(0.01)), AnalyticELBO(gp))
+        result = svi.run(key, 100, X, y)
+
+    :param sites: the :class:`~ppl_sparsegp.SparseGP` whose guide SVI runs (its q sites: one, or one per
+        latent GP), or the inducing site name(s) of :func:`~ppl_sparsegp.inducing_guide` (e.g. ``"f_v"``).
+    :param optim: a NumPyro optimiser for the other params (default ``Adam(0.01)``).
+    :param gamma: the step size: a number in (0, 1] or a callable ``step -> γ`` (:func:`gamma_ramp`).
+        Default: 1 for a model with a Gaussian likelihood (one step reaches the optimal q on the full
+        batch; pass γ < 1, e.g. 0.1, with minibatches), else ``gamma_ramp()``.
+    :raises ValueError: for a γ outside (0, 1], or (at ``SVI.init``) a guide without a full, diagonal or
+        equal-block q over the sites.
+
+    The state records ``rejected``, the number of steps rejected by the positive-definiteness safeguard
+    (:meth:`rejected_steps`).
+    """
+
+    def __init__(self, sites, optim=None, *, gamma=None):
+        self.prefixes = _sites(sites)
+        self.inner = Adam(0.01) if optim is None else optim
+        if gamma is None:
+            lik = getattr(sites, "likelihood", None)
+            gamma = 1.0 if type(lik).__name__ == "Gaussian" else gamma_ramp()
+        if not callable(gamma):
+            if not 0 < float(gamma) <= 1:
+                raise ValueError(f"NaturalGradient: gamma must be in (0, 1] or a schedule, got {gamma}")
+            value = float(gamma)
+            gamma = lambda step: value
+        self.gamma = gamma
+        self.update_with_value = False
+
+    def _split(self, params):
+        qnames = {k for p in self.prefixes for k in params
+                  if k in (f"{p}_loc", f"{p}_scale_tril", f"{p}_scale")}
+        return ({k: v for k, v in params.items() if k in qnames},
+                {k: v for k, v in params.items() if k not in qnames})
+
+    def init(self, params):
+        """State ``(step, (inner state, q params, {t, scale, rejected}))`` for the unconstrained params."""
+        q, rest = self._split(params)
+        for p in self.prefixes:
+            _family(p, q)
+        ng = {"t": jnp.array(0), "scale": jnp.array(1.0), "rejected": jnp.array(0)}
+        return jnp.array(0), (self.inner.init(rest), q, ng)
+
+    def get_params(self, state):
+        _, (inner, q, _) = state
+        return {**self.inner.get_params(inner), **q}
+
+    def update(self, g, state, value=None):
+        raise NotImplementedError("NaturalGradient needs the loss, not only its gradient: SVI calls "
+                                  "eval_and_update; use svi.update / svi.run")
+
+    @staticmethod
+    def rejected_steps(state) -> int:
+        """The number of natural-gradient steps rejected so far (SVI's ``svi_state.optim_state``)."""
+        return int(state[1][2]["rejected"])
+
+    def _q_step(self, fn, rest, q, ng):
+        """The natural-gradient step for every q site at the other params ``rest``."""
+        fams = {p: _family(p, q) for p in self.prefixes}
+        moments = {p: _moments(fams[p], p, q) for p in self.prefixes}
+        etas = {p: _eta(fams[p], *moments[p]) for p in self.prefixes}
+
+        def loss_of_eta(etas):
+            qp = {}
+            for p in self.prefixes:
+                qp.update(_params_from_eta(fams[p], p, etas[p]))
+            return fn({**rest, **qp})
+
+        (loss, _), g = jax.value_and_grad(loss_of_eta, has_aux=True)(etas)
+        gamma = self.gamma(ng["t"]) * ng["scale"]
+        new, ok = {}, jnp.isfinite(loss)
+        for p in self.prefixes:
+            m_new, F_new, ok_p = _natural_step(fams[p], *moments[p], -g[p][0], -g[p][1], gamma)
+            new.update(_to_params(fams[p], p, m_new, F_new))
+            ok = ok & ok_p
+        new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)  # the safeguard: reject, keep q
+        ng = {"t": ng["t"] + 1, "scale": jnp.where(ok, ng["scale"], 0.5 * ng["scale"]),
+              "rejected": ng["rejected"] + jnp.where(ok, 0, 1)}
+        return new, ng
+
+    def eval_and_update(self, fn, state, forward_mode_differentiation=False):
+        """The natural-gradient step for q, then ``optim``'s step on the rest at the new q."""
+        i, (inner, q, ng) = state
+        rest = self.inner.get_params(inner)
+        q, ng = self._q_step(fn, rest, q, ng)
+        if rest:
+            (out, aux), grads = jax.value_and_grad(lambda r: fn({**r, **q}), has_aux=True)(rest)
+            inner = self.inner.update(grads, inner, value=out)
+        else:
+            out, aux = fn(q)
+        return (out, aux), (i + 1, (inner, q, ng))
+
+    def eval_and_stable_update(self, fn, state, forward_mode_differentiation=False):
+        """:meth:`eval_and_update`, keeping the old state (and returning NaN) when the loss is not finite."""
+        (out, aux), new = self.eval_and_update(fn, state, forward_mode_differentiation)
+        ok = jnp.isfinite(out)
+        new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state)
+        return (jnp.where(ok, out, jnp.nan), aux), new
+
+
+class AnalyticELBO(ELBO):
+    r"""The SVGP loss of a :class:`~ppl_sparsegp.SparseGP` with the expectation over q(u) in closed form
+    (:meth:`SparseGP.elbo <ppl_sparsegp.SparseGP.elbo>`: exact for Gaussian and Poisson, Gauss–Hermite
+    otherwise, Monte Carlo for Softmax), plus the log prior of the hyperparameters (as
+    ``TraceMeanField_ELBO`` of the model and the point guide has it, without its Monte Carlo noise):
+
+    .. math:: -\Big[\tfrac{N}{|B|}\sum_{n\in B}\mathbb E_{q(f_n)}\log p(y_n\mid f_n)
+        - \mathrm{KL}(q(\mathbf u)\,\|\,p(\mathbf u)) + \log p(\theta)\Big],
+
+    B a minibatch of ``batch_size`` rows drawn without replacement from the step's key (all N rows for
+    ``batch_size=None``). Takes the model's arguments ``(X, y, batch_size=None)``.
+
+    :param gp: the SparseGP (``residual="expected"``).
+    :raises ValueError: for a model without an analytic ELBO.
+    """
+
+    def __init__(self, gp):
+        if not hasattr(gp, "elbo") or getattr(gp, "residual", "expected") != "expected":
+            raise ValueError("AnalyticELBO needs a SparseGP with residual='expected' (its SVGP bound)")
+        super().__init__(num_particles=1)
+        self.gp = gp
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, batch_size=None, **kwargs):
+        gp = self.gp
+        N = X.shape[0]
+        k_batch, k_mc = jax.random.split(rng_key)
+        if batch_size is not None:
+            idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
+            X, y = jnp.take(jnp.asarray(X), idx, axis=0), jnp.take(jnp.asarray(y), idx, axis=0)
+        key = k_mc if gp.likelihood.monte_carlo else None
+        elbo = gp.elbo(param_map, X, y, key=key, num_data=N)
+        values = gp.point_values(param_map)
+        log_prior = sum(jnp.sum(prior.log_prob(values[site])) for site, prior in
+                        gp.hyperparameter_sites().items())
+        return {"loss": -(elbo + log_prior), "mutable_state": None}
