@@ -21,7 +21,7 @@ registration where its structure allows something faster), and its tests. Nothin
 from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
-                             full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp,
+                             fit_spherical, full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp,
                              spectral_gp,
                              two_kronecker_covariance)
 from .conditionals import conditional
@@ -54,7 +54,7 @@ __all__ = [
     # primitives for own models
     "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "refined_features",
     # reference functions
-    "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs",
+    "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs", "fit_spherical",
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
