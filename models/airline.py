@@ -25,8 +25,16 @@ the standardised target (the paper's Table 2 units), over the whole test third, 
 effect of each covariate, :math:`f_d(x_d)` (mean ± 2 sd; [1, Fig. 6]), from
 :meth:`~ppl_sparsegp.features.AdditiveFeatures.parts`.
 
+With ``--features spherical`` the GP is instead a :class:`~ppl_sparsegp.ChordalMatern` (ν = 3/2, with an
+input scale per covariate) on spherical harmonic features of degrees 0…``--max-degree`` [2] (M = 210 for
+8 covariates and degree 3), inputs centred in [−½, ½]: :func:`~ppl_sparsegp.fit_spherical` fixes the input
+map from a MAP fit on ``--subsample`` rows and computes the one-pass statistics of all training rows; the
+runner then fits σ², the chordal lengthscale and the noise on them at O(M³) per step. Not additive: the
+plot shows slices of f through the centre of the data instead of additive effects.
+
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, JMLR 18.
+    2. Dutordoir, Durrande, Hensman (2020), Sparse Gaussian processes with spherical harmonic features, ICML.
 """
 from __future__ import annotations
 
@@ -39,13 +47,15 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
-from ppl_sparsegp import Additive, CollapsedGP, Kuu, Matern32, diagnostics
+from ppl_sparsegp import (Additive, ChordalMatern, CollapsedGP, Kuu, Matern32, SphericalHarmonicFeatures, diagnostics,
+                          fit_spherical)
+from ppl_sparsegp.approximations import SphericalFit
 from ppl_sparsegp.features import AdditiveFeatures, FourierFeatures
 from ppl_sparsegp.features.fourier_statistics import fourier_conditional, fourier_statistics
 from ppl_sparsegp.likelihoods import Gaussian
 
 DESCRIPTION = ("additive Matérn-3/2 VFF regression (airline delays, VFF §6.2) on any CSV or synthetic "
-               "data: one-pass statistics, collapsed bound")
+               "data: one-pass statistics, collapsed bound; --features spherical: spherical harmonic features")
 
 # the covariates of [1, §6.2] under the column names of the usual airline-delay CSV
 AIRLINE_COVARIATES = ("plane_age", "Distance", "AirTime", "DepTime", "ArrTime", "DayOfWeek", "DayofMonth",
@@ -54,6 +64,8 @@ AIRLINE_TARGET = "ArrDelay"
 BOX = (-2.0, 3.0)
 NUM_FREQUENCIES = 30
 DEFAULT_SYNTHETIC = 10_000
+MAX_DEGREE = 3  # spherical features: 210 for 8 covariates
+SUBSAMPLE = 5000  # spherical features: rows of the MAP fit that fixes the input map
 
 
 # --- data ---------------------------------------------------------------------------------------------
@@ -170,6 +182,36 @@ def make_gp(feature, statistics=None):
     return CollapsedGP(feature, kernel, likelihood, statistics=statistics)
 
 
+def make_spherical_gp(X, y, *, max_degree: int = MAX_DEGREE, subsample: int = SUBSAMPLE, chunk_size: int = 8192):
+    """ChordalMatern(3/2) on spherical harmonic features of degrees 0…max_degree for inputs centred in
+    [−½, ½] and a standardised y (priors: per-covariate scales median 0.5, bias, σ² and chordal
+    lengthscale median 1, noise median 0.5), fitted by :func:`~ppl_sparsegp.fit_spherical`. Returns
+    ``(gp, fit)``: the statistics-backed CollapsedGP with the map fixed (σ², ℓ and the noise keep their
+    priors, for the runner) and the library's MAP fit."""
+    D = X.shape[1]
+    kernel = ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0),
+                           lengthscale=dist.LogNormal(jnp.full(D, math.log(0.5)), 1.0).to_event(1),
+                           bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 1.0))
+    likelihood = Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0))
+    feature = SphericalHarmonicFeatures(D, max_degree)
+    fit = fit_spherical(feature, kernel, likelihood, X, y, map_feature=SphericalHarmonicFeatures(D, min(max_degree, 3)),
+                        subsample=subsample, chunk_size=chunk_size, seed=1)
+    return fit.gp, fit
+
+
+def _is_spherical(gp):
+    return isinstance(gp.feature, SphericalHarmonicFeatures)
+
+
+def _spherical_predictive(gp, values, X, chunk_size=None):
+    """(f_mean, f_var, noise_variance) of the spherical model at X, streamed in chunks."""
+    kernel, likelihood, _, _ = gp.components_from(values)
+    fit = SphericalFit(gp=gp, values=values, kernel=kernel, noise_variance=float(likelihood.variance),
+                       bound=float("nan"), q=_optimal_q(gp)(values), info={})
+    m, v = fit.predict(X, chunk_size=chunk_size or 8192)
+    return m, v, fit.noise_variance
+
+
 def _draws(gp, idata, max_draws):
     """Hyperparameter values per draw: one dict for SVI (point estimates), up to max_draws for MCMC."""
     params = diagnostics.svi_params(idata)
@@ -192,6 +234,8 @@ def predictive(gp, values, X, *, method="nufft", chunk_size=None):
     statistics: streamed over the rows inside the box (``fourier_conditional``), the generic
     conditional (with the edge formulas of Kuf) for any row outside. Returns
     ``(f_mean, f_var, noise_variance)``."""
+    if _is_spherical(gp):
+        return _spherical_predictive(gp, values, X, chunk_size)
     kernel, likelihood, feature, c = gp.components_from(values)
     m_v, S_v = _optimal_q(gp)(values)
     X = np.asarray(X, np.float64)
@@ -250,6 +294,15 @@ def covariate_effects(gp, values, d, grid):
     return _effect(Kd, Kuu(feature, kernel), m_v, S_v, kernel.kernels[d].diag(jnp.asarray(grid)[:, None]))
 
 
+def _spherical_slice(gp, values, d, grid):
+    """Posterior mean and variance of f along covariate d (normalised values ``grid``) with the other
+    covariates at the centre of their range (the spherical model is not additive)."""
+    Xg = np.full((len(grid), gp.feature.input_dim), 0.5)
+    Xg[:, d] = grid
+    m, v, _ = _spherical_predictive(gp, values, Xg - 0.5)
+    return m, v
+
+
 def plot(spec, idata, path):
     """One panel per covariate: its posterior effect on the target (mean ± 2 sd, target units)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -264,8 +317,10 @@ def plot(spec, idata, path):
     rows = -(-D // cols)
     fig = Figure(figsize=(3.2 * cols, 2.6 * rows))
     FigureCanvasAgg(fig)
+    spherical = _is_spherical(spec.gp)
     for d, name in enumerate(names):
-        ms, vs = zip(*(covariate_effects(spec.gp, values, d, grid) for values in draws))
+        effect = _spherical_slice if spherical else covariate_effects
+        ms, vs = zip(*(effect(spec.gp, values, d, grid) for values in draws))
         ms, vs = np.asarray(ms), np.asarray(vs)
         mean, var = ms.mean(0), vs.mean(0) + ms.var(0)  # mixture over draws
         x = e["x_min"][d] + grid * e["x_span"][d]
@@ -278,7 +333,8 @@ def plot(spec, idata, path):
             ax.plot(x, t - t.mean() + mean.mean(), "k--", lw=1, label="truth (shifted)")
         ax.set_xlabel(name)
         ax.set_ylabel(f"effect on {e['target']}")
-    fig.suptitle(f"airline-style additive VFF: {e['source']}, N = {e['num_train']} training rows")
+    kind = "spherical harmonic features (slices through the centre)" if spherical else "additive VFF"
+    fig.suptitle(f"airline-style {kind}: {e['source']}, N = {e['num_train']} training rows")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     return str(path)
@@ -306,6 +362,13 @@ def add_arguments(parser):
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the 2/3 : 1/3 split")
     parser.add_argument("--diagnostic-rows", type=int, default=2000,
                         help="training rows kept in the InferenceData (the fit uses all)")
+    parser.add_argument("--features", choices=("vff", "spherical"), default="vff",
+                        help="additive VFF (default) or spherical harmonic features (fit_spherical)")
+    parser.add_argument("--max-degree", type=int, default=MAX_DEGREE,
+                        help=f"spherical features: the highest degree (default {MAX_DEGREE}: 210 features for 8 "
+                             "covariates)")
+    parser.add_argument("--subsample", type=int, default=SUBSAMPLE,
+                        help=f"spherical features: rows of the MAP fit that fixes the input map (default {SUBSAMPLE})")
 
 
 def build(args) -> ModelSpec:
@@ -332,15 +395,32 @@ def build(args) -> ModelSpec:
     if csv is None:
         f_test = (f[data["test_index"]] - data["y_mean"]) / data["y_std"]
         extra["noise_only_mse"] = float(np.mean((data["y_test"] - f_test) ** 2))
-    M = getattr(args, "num_frequencies", NUM_FREQUENCIES)
-    if int(M) != M or M < 1:
-        raise ValueError(f"--num-frequencies must be a positive integer, got {M!r}")
-    method = getattr(args, "stats_method", None) or _default_method()
-    feature = make_feature(X.shape[1], M)
-    t0 = time.perf_counter()
-    stats = fourier_statistics(feature, data["X"], data["y"], method=method)
-    stats_time = time.perf_counter() - t0
-    gp = make_gp(feature, stats)
+    features = getattr(args, "features", "vff")
+    if features == "spherical":
+        if X.shape[1] < 2:
+            raise ValueError("--features spherical needs at least 2 covariates; use the default VFF for one")
+        for flag in ("max_degree", "subsample"):
+            v = getattr(args, flag, None)
+            if v is not None and (int(v) != v or v < (0 if flag == "max_degree" else 2)):
+                raise ValueError(f"--{flag.replace('_', '-')} must be an integer >= {0 if flag == 'max_degree' else 2}, "
+                                 f"got {v!r}")
+        for key in ("X", "X_test"):  # centred in [−½, ½]: the map's scales act around the centre
+            data[key] = data[key] - 0.5
+        t0 = time.perf_counter()
+        gp, fit = make_spherical_gp(data["X"], data["y"], max_degree=getattr(args, "max_degree", MAX_DEGREE),
+                                    subsample=getattr(args, "subsample", SUBSAMPLE))
+        stats_time, method = time.perf_counter() - t0, "spherical"
+        extra["spherical_fit_seconds"] = fit.seconds
+    else:
+        M = getattr(args, "num_frequencies", NUM_FREQUENCIES)
+        if int(M) != M or M < 1:
+            raise ValueError(f"--num-frequencies must be a positive integer, got {M!r}")
+        method = getattr(args, "stats_method", None) or _default_method()
+        feature = make_feature(X.shape[1], M)
+        t0 = time.perf_counter()
+        stats = fourier_statistics(feature, data["X"], data["y"], method=method)
+        stats_time = time.perf_counter() - t0
+        gp = make_gp(feature, stats)
     keep = min(len(data["y"]), max(1, getattr(args, "diagnostic_rows", 2000)))
     sub = np.random.default_rng(1).choice(len(data["y"]), keep, replace=False)
     extra.update({"X_test_all": data["X_test"], "y_test_all": data["y_test"], "x_min": data["x_min"],

@@ -1,9 +1,9 @@
 """Banana binary classification with Kronecker VFF and a Bernoulli likelihood (VFF paper §6.3).
 
-400 points in 2-D (bundled), product Matérn-3/2 kernel (as the paper's code), VFF on the box
-[min − 2.5, max + 2.5]² per dimension, q(u) full, diagonal or the sum of two Kroneckers
-(``--q-cov``), fitted by SVI; NUTS on the whitened v works too. A fixed random quarter of the points is
-held out for test accuracy and NLPD.
+400 points in 2-D (bundled), product Matérn-3/2 kernel (as the paper's code), VFF with 12 frequencies
+per dimension (``--num-frequencies``; 23² = 529 features) on the box [min − 2.5, max + 2.5]² per
+dimension, q(u) full, diagonal or the sum of two Kroneckers (``--q-cov``), fitted by SVI; NUTS on the
+whitened v works too. A fixed random quarter of the points is held out for test accuracy and NLPD.
 """
 from __future__ import annotations
 
@@ -19,11 +19,15 @@ from ppl_sparsegp.approximations.variational import two_kronecker_covariance
 from ppl_sparsegp.likelihoods import Bernoulli
 
 DESCRIPTION = "Banana classifier: Bernoulli likelihood, product Matérn-3/2 Kronecker VFF, SVI or NUTS"
+# 12 frequencies per dimension (23² = 529 features): at the fitted lengthscales (≈ 0.8) 8 missed 6 % of the
+# prior variance at the data and failed the runner's adequacy check; 10 passed at 4.9 % (the lengthscales
+# shrank to 0.62-0.75 with more features), too near the 5 % line; 12 leave a margin
+NUM_FREQUENCIES = 12
 Q_COV = {"full": "full", "diag": "diag", "two-kron": two_kronecker_covariance}
 
 
 def add_arguments(parser):
-    parser.add_argument("--num-frequencies", type=int, default=8,
+    parser.add_argument("--num-frequencies", type=int, default=NUM_FREQUENCIES,
                         help="VFF frequencies per dimension (default %(default)s)")
     parser.add_argument("--q-cov", choices=sorted(Q_COV), default="two-kron",
                         help="q(u) covariance (default %(default)s)")
@@ -39,7 +43,7 @@ def split(X, y, seed=0, test_fraction=0.25):
 def build(args) -> ModelSpec:
     X, y = load_banana()
     train, test = split(X, y)
-    M = getattr(args, "num_frequencies", 8)
+    M = getattr(args, "num_frequencies", NUM_FREQUENCIES)
     lo, hi = X.min(0) - 2.5, X.max(0) + 2.5
     feature = KroneckerFeatures([FourierFeatures(lo[d], hi[d], M) for d in range(2)])
     kernel = Product([Matern32(variance=dist.LogNormal(0.0, 1.0), lengthscale=dist.LogNormal(0.0, 1.0)),

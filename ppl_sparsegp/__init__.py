@@ -27,7 +27,8 @@ approximations do not change.
 from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
-                             full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp, choose_features,
+                             choose_features, fit_spherical, full_covariance, inducing_guide, inducing_prior,
+                             map_lbfgs, marginal_spectral_gp,
                              spectral_gp,
                              two_kronecker_covariance)
 from .conditionals import conditional
@@ -60,7 +61,7 @@ __all__ = [
     # primitives for own models
     "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "choose_features", "refined_features",
     # reference functions
-    "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs",
+    "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs", "fit_spherical",
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules

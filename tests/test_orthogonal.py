@@ -526,7 +526,9 @@ def test_models_build_and_standardise():
     vof_regression.add_arguments(parser)
     spec = vof_regression.build(parser.parse_args([]))
     assert spec.X.shape == (80, 1) and np.all(np.abs(spec.X) <= 3)
-    assert isinstance(spec.gp.feature, TrigonometricFeatures) and spec.gp.feature.M == 31
+    # the default sizes by the rule (band 23.9, M = 50: passes the adequacy check); the paper's M = 31 by flag
+    assert isinstance(spec.gp.feature, TrigonometricFeatures) and spec.gp.feature.M == 50
+    assert vof_regression.build(parser.parse_args(["--num-features", "31"])).gp.feature.M == 31
     parser = argparse.ArgumentParser()
     uci_vof.add_arguments(parser)
     try:

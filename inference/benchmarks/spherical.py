@@ -137,65 +137,27 @@ def predict_chunks(gp, params, Xs, chunk=4096):
     return np.concatenate(ms), np.concatenate(vs)
 
 
-def collapsed_spherical_fit(feature, sub_feature, prior, lik, X, y, *, n_sub, maxiter, chunk):
-    """Spherical features with the optimal q(u): the map (s, b) and a starting point from a MAP fit of
-    ``CollapsedGP(sub_feature, prior, lik)`` on ``n_sub`` random rows, then the one-pass statistics of all
-    rows with the map fixed, then L-BFGS over σ², the chordal lengthscale and the noise at O(M³) per step.
-    Returns ``(gp, values, info, s, b, seconds)``: the statistics-backed ``CollapsedGP``, its MAP values and
-    L-BFGS record, the map, and the seconds of the three stages (``sub``, ``stats`` and its CPU seconds
-    ``stats_cpu``, ``opt``)."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import numpyro.distributions as dist
-
-    from ppl_sparsegp import ChordalMatern, CollapsedGP
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
-    from ppl_sparsegp.features.spherical import spherical_statistics
-
-    with harness.clock() as sub:  # 1. the map (s, b) and the starting point (data path)
-        idx = np.random.default_rng(1).choice(len(y), min(n_sub, len(y)), replace=False)
-        small = CollapsedGP(sub_feature, prior, lik)
-        v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(),
-                          model_args=(jnp.asarray(X[idx]), jnp.asarray(y[idx])), maxiter=maxiter)
-    s, b = np.asarray(v0["kernel_lengthscale"]), float(v0["kernel_bias"])
-    kernel = ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0), lengthscale=s, bias=b,
-                           chordal_lengthscale=dist.LogNormal(0.0, 1.0))
-    with harness.clock() as st:  # 2. one pass over all rows
-        stats = jax.block_until_ready(spherical_statistics(feature, kernel, X, y, chunk_size=chunk))
-    gp = CollapsedGP(feature, kernel, lik, statistics=stats)
-    with harness.clock() as opt:  # 3. MAP of σ², ℓ, noise at O(M³) per step
-        init = {k: v0[k] for k in ("kernel_variance", "kernel_chordal_lengthscale", "likelihood_variance")}
-        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), init=init, maxiter=maxiter)
-    return gp, values, info, s, b, {"sub": sub.wall, "stats": st.wall, "stats_cpu": st.cpu, "opt": opt.wall}
-
-
 def run_uci_collapsed(name, args, X, y, Xs, ys_, scaler):
-    """The same features with the optimal q(u) (:func:`collapsed_spherical_fit`, the airline part's recipe
-    at UCI size, on ``--collapsed-subsample`` rows for the map): what SVGP's q could reach with these
+    """The same features with the optimal q(u) (:func:`ppl_sparsegp.fit_spherical`, the airline part's
+    recipe at UCI size, on ``--collapsed-subsample`` rows for the map): what SVGP's q could reach with these
     features, so a gap to inducing points can be told apart from SVGP's optimisation."""
-    import jax.numpy as jnp
-    import numpy as np
     import numpyro.distributions as dist
 
-    from ppl_sparsegp import ChordalMatern, Gaussian, SphericalHarmonicFeatures, conditional
+    from ppl_sparsegp import Gaussian, SphericalHarmonicFeatures, fit_spherical
     from ppl_sparsegp.diagnostics import nlpd, rmse
 
     D = X.shape[1]
     feature = SphericalHarmonicFeatures(D, spherical_degree(D, args.max_features))
     prior, _ = make_model("spherical", D, feature.num_features, X)
-    with harness.clock() as fit:
-        gp, values, info, s, b, _ = collapsed_spherical_fit(
-            feature, feature, prior.kernel, Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0)), X, y,
-            n_sub=args.collapsed_subsample, maxiter=args.maxiter, chunk=2048)
-        m_v, S_v = gp.optimal_q(values)
-    k = ChordalMatern(1.5, values["kernel_variance"], s, b, values["kernel_chordal_lengthscale"])
-    m, v = conditional(feature, k, jnp.asarray(Xs), m_v, S_v, whiten=True)
-    m, v = np.asarray(m), np.asarray(v) + float(values["likelihood_variance"])
+    with harness.clock() as clock:
+        fit = fit_spherical(feature, prior.kernel, Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0)), X, y,
+                            subsample=args.collapsed_subsample, maxiter=args.maxiter, chunk_size=2048, seed=1)
+    m, v = fit.predict(Xs, chunk_size=2048)
+    v = v + fit.noise_variance
     return {"dataset": name, "method": "spherical-collapsed", "M": int(feature.num_features), "n_train": len(y),
             "D": D, "rmse": rmse(ys_, m, y_scale=scaler["y_sd"]), "nlpd": nlpd(ys_, m, v, y_scale=scaler["y_sd"]),
-            "fit_s": fit.wall, "subsample": min(args.collapsed_subsample, len(y)),
-            "lbfgs_iterations": info["iterations"], "epochs": None, "load": os.getloadavg()[0]}
+            "fit_s": clock.wall, "subsample": min(args.collapsed_subsample, len(y)),
+            "lbfgs_iterations": fit.info["full"]["iterations"], "epochs": None, "load": os.getloadavg()[0]}
 
 
 def run_uci(name, method, args, root):
@@ -228,13 +190,12 @@ def run_uci(name, method, args, root):
 
 # --- (b) the airline-size set through one-pass statistics -------------------------------------------------------
 def run_airline(args):
-    import jax
     import jax.numpy as jnp
     import numpy as np
     import numpyro.distributions as dist
 
     from models import airline
-    from ppl_sparsegp import ChordalMatern, Gaussian, SphericalHarmonicFeatures, conditional
+    from ppl_sparsegp import ChordalMatern, Gaussian, SphericalHarmonicFeatures, fit_spherical
 
     n_total = int(round(args.airline_n * 1.5))
     X, y, names, f = airline.synthetic(n_total, seed=0)
@@ -251,28 +212,22 @@ def run_airline(args):
                               lengthscale=dist.LogNormal(jnp.full(D, math.log(0.5)), 1.0).to_event(1),
                               bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 1.0))
         feature = SphericalHarmonicFeatures(D, L)
-        gp, values, info, s, b, secs = collapsed_spherical_fit(  # steps 1-3; the map from a small degree
-            feature, SphericalHarmonicFeatures(D, min(L, 3)), prior,
-            Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0)), Xtr, ytr,
-            n_sub=5000, maxiter=args.maxiter, chunk=args.chunk)
-        # 4. prediction in chunks from the optimal whitened q
-        with harness.clock() as pr:
-            m_v, S_v = gp.optimal_q(values)
-            k = ChordalMatern(1.5, values["kernel_variance"], s, b, values["kernel_chordal_lengthscale"])
-            fn = jax.jit(lambda Xc: conditional(feature, k, Xc, m_v, S_v, whiten=True))
-            ms, vs = [], []
-            for i in range(0, len(yte), args.chunk):
-                mean, var = fn(jnp.asarray(Xte[i:i + args.chunk]))
-                ms.append(np.asarray(mean))
-                vs.append(np.asarray(var))
-            m, v = np.concatenate(ms), np.concatenate(vs) + float(values["likelihood_variance"])
-    row.update(num_features=feature.num_features, subsample_fit_s=secs["sub"], stats_s=secs["stats"],
-               stats_cpu_s=secs["stats_cpu"], optimise_s=secs["opt"], lbfgs_iterations=info["iterations"],
+        fit = fit_spherical(  # stages 1-3; the map from a small degree
+            feature, prior, Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0)), Xtr, ytr,
+            map_feature=SphericalHarmonicFeatures(D, min(L, 3)), subsample=5000, maxiter=args.maxiter,
+            chunk_size=args.chunk, seed=1)
+        with harness.clock() as pr:  # 4. prediction in chunks from the optimal whitened q
+            m, v = fit.predict(Xte, chunk_size=args.chunk)
+            v = v + fit.noise_variance
+    secs, info = fit.seconds, fit.info["full"]
+    row.update(num_features=feature.num_features, subsample_fit_s=secs["subsample"], stats_s=secs["statistics"],
+               optimise_s=secs["optimise"], lbfgs_iterations=info["iterations"],
                predict_s=pr.wall, whole_fit_s=total.wall, whole_fit_cpu_s=total.cpu,
-               fit_without_predict_s=secs["sub"] + secs["stats"] + secs["opt"],
+               fit_without_predict_s=secs["subsample"] + secs["statistics"] + secs["optimise"],
                test_mse=float(np.mean((yte - m) ** 2)),
                test_nlpd=float(np.mean(0.5 * np.log(2 * np.pi * v) + 0.5 * (yte - m) ** 2 / v)),
-               noise_variance=float(values["likelihood_variance"]), scales=s.tolist(), bias=b)
+               noise_variance=fit.noise_variance, scales=np.asarray(fit.kernel.lengthscale).tolist(),
+               bias=float(fit.kernel.bias))
     # SVGP with inducing points at the same M: --airline-svgp-steps minibatches of 1024 (an epoch is 3 860)
     if args.airline_svgp_steps:
         gp_ip, M = make_model("svgp-ip", D, feature.num_features, Xtr)

@@ -8,8 +8,9 @@
   exact GP marginal likelihood;
 * :mod:`.spectrum`: :class:`SparseSpectrumGP` (random or learnt frequencies);
 * :mod:`.primitives`: ``spectral_gp``, ``inducing_prior``, ``inducing_guide`` for people's own models;
-* :mod:`.marginal`: ``marginal_spectral_gp``, Gaussian observations with the inducing variables integrated out.
-* :mod:`.pilot`: ``choose_features``, the features of a user's model from a pilot fit to the data.
+* :mod:`.marginal`: ``marginal_spectral_gp``, Gaussian observations with the inducing variables integrated out;
+* :mod:`.pilot`: ``choose_features``, the features of a user's model from a pilot fit to the data;
+* :mod:`.spherical_fit`: :func:`fit_spherical`, spherical features on millions of rows (one-pass statistics).
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
@@ -19,9 +20,11 @@ from .pilot import choose_features
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP
 from .spectrum import SparseSpectrumGP
+from .spherical_fit import SphericalFit, fit_spherical
 from .variational import (block_diagonal_covariance, diagonal_covariance, full_covariance,
                           two_kronecker_covariance)
 
 __all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
            "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "MarginalGaussian", "choose_features",
+           "fit_spherical", "SphericalFit",
            "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance"]
