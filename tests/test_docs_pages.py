@@ -92,6 +92,9 @@ def test_page_runs(page, tmp_path):
     env = {**os.environ, "QUICK": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("NOTEBOOK_OUT", None)
+    # one CPU device, as a reader has (the suite's forced host devices would make the sharding page's
+    # collectives wait for a second device thread, which a loaded machine can starve past XLA's timeout)
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
     proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, check=False,
                           text=True, timeout=TIMEOUT)
     where = _where(proc.stderr, path.name, starts)
