@@ -86,11 +86,15 @@ myst_heading_anchors = 3
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".py": "myst-nb"}
 
 # --- math ------------------------------------------------------------------------------------------
-# MathJax from its CDN when the pages are read (nothing is fetched at build time). For reading offline,
-# PPL_SPARSEGP_MATHJAX names a local MathJax 2 (e.g. Debian's libjs-mathjax:
-# file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML).
-if os.environ.get("PPL_SPARSEGP_MATHJAX"):
-    mathjax_path = os.environ["PPL_SPARSEGP_MATHJAX"]
+# A local MathJax 2 when one is installed (Debian/Ubuntu: apt-get install libjs-mathjax), so that the
+# formulas render offline; otherwise MathJax from its CDN when the pages are read (nothing is fetched at
+# build time, so the build is the same from a fresh clone either way). PPL_SPARSEGP_MATHJAX names another
+# MathJax 2 (a path or URL ending in MathJax.js[?config=...]); PPL_SPARSEGP_MATHJAX=cdn forces the CDN.
+LOCAL_MATHJAX = Path("/usr/share/javascript/mathjax/MathJax.js")
+_mathjax = os.environ.get("PPL_SPARSEGP_MATHJAX") or (LOCAL_MATHJAX.as_uri() if LOCAL_MATHJAX.exists() else "cdn")
+if _mathjax != "cdn":
+    _mathjax = Path(_mathjax).as_uri() if _mathjax.startswith("/") else _mathjax  # a path: its file:// URL
+    mathjax_path = _mathjax if "?" in _mathjax else _mathjax + "?config=TeX-AMS-MML_HTMLorMML"
     mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]],
                                    "processEscapes": True, "processEnvironments": True},
                        "HTML-CSS": {"availableFonts": ["TeX"]}}
@@ -131,6 +135,9 @@ def _resolve_alias(app, env, node, contnode):
     if modname:  # relative to the parent packages too (a module docstring naming its package's names)
         parts = modname.split(".")
         candidates += [".".join(parts[:i] + [target]) for i in range(len(parts) - 1, 0, -1)]
+    if "." not in target:  # a bare name shown off its module's page (the "most used" tables): unique homes
+        homes = {f"{home}.{name}" for (_, name), home in apigen.homes().items() if name == target}
+        candidates += sorted(homes) if len(homes) == 1 else []
     domain = env.get_domain("py")
     for cand in candidates:
         obj = _lookup(cand)

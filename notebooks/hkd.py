@@ -31,6 +31,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# %% tags=["remove-cell"]
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
+# collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 

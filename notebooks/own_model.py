@@ -36,18 +36,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# %% tags=["remove-cell"]
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
+# collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
+
+# %%
 WARMUP, SAMPLES, CHAINS = (60, 60, 1) if QUICK else (500, 1000, 2)
 
 # %% [markdown]
 # ## 1. A count series
 #
 # 150 weekly counts whose log-rate is a smooth curve (known here, so we can see what the fit recovers).
-# The lengthscale prior says "weeks to months"; `from_data` turns its 95% quantile ℓ_max into the box (3ℓ_max
-# beyond the data on each side: the edge effect reaches one actual lengthscale into the box) and its 5%
-# quantile ℓ_min into the number of frequencies (all but 1% of the Matérn-3/2 prior variance resolved at
-# ℓ_min).
+# The lengthscale prior says "weeks to months"; `from_data` turns its 99% quantile ℓ_max into the box (3ℓ_max
+# beyond the data on each side, at most one data span: the edge effect reaches one actual lengthscale into
+# the box) and its 1% quantile ℓ_min into the number of frequencies (all but 1% of the Matérn-3/2 prior
+# variance resolved at ℓ_min).
 
 # %%
 rng = np.random.default_rng(1)

@@ -71,10 +71,26 @@ def test_every_public_name_has_an_api_entry(generated):
 
 
 def test_every_page_is_in_the_index(generated):
+    """Every module page is in the toctree of the index or of a section page the index lists; the
+    internal modules are in their own section, not among the user-facing ones."""
     index = (generated / "index.md").read_text()
+    sections = {p.stem: p.read_text() for p in generated.glob("section_*.md")}
+    assert sections and all(f"\n{s}\n" in index for s in sections)
+    trees = index + "".join(sections.values())
     pages = sorted(p.stem for p in generated.glob("*.rst"))
-    assert pages and all(f"\n{page}\n" in index for page in pages)
+    assert pages and all(f"\n{page}\n" in trees for page in pages)
     assert "ppl_sparsegp.diagnostics.adequacy" in pages  # one page per concept of diagnostics
+    assert "\nppl_sparsegp.linalg.dense\n" in sections["section_internals"]
+    assert "\nmost_used\n" in index
+
+
+def test_most_used_names_resolve(generated):
+    """The curated page lists about twenty public names, each linked to its one entry."""
+    text = (generated / "most_used.md").read_text()
+    names = re.findall(r"^   ~(\S+)$", text, re.MULTILINE)
+    assert 18 <= len(names) <= 24, names
+    ids, _ = _documented(generated)
+    assert all(id(_resolve(n)) in ids for n in names)
 
 
 def test_a_new_public_name_gets_an_entry_without_a_docs_edit(tmp_path, monkeypatch):

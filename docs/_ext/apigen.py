@@ -13,27 +13,46 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import warnings
 from pathlib import Path
 
 PACKAGE = "ppl_sparsegp"
 
-# the reference's sections, in order: (title, module prefixes); a module goes to the first section whose
-# prefix matches its name, a module matching none goes to "Other modules"
+# the reference's sections, in order: (title, module prefixes); a module goes to the section with the longest
+# matching prefix, a module matching none goes to "Other modules". Each section is a page of its own (the
+# sidebar shows the sections, each module under its section), the package's page stands alone.
 SECTIONS = [
     ("The package", ["ppl_sparsegp"]),
     ("Kernels, likelihoods and templates", ["ppl_sparsegp.kernels", "ppl_sparsegp.likelihoods",
                                             "ppl_sparsegp.parameters", "ppl_sparsegp.grid",
                                             "ppl_sparsegp.groups"]),
-    ("Features and their dispatchers", ["ppl_sparsegp.features", "ppl_sparsegp.covariances",
-                                        "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian"]),
+    ("Features", ["ppl_sparsegp.features"]),
     ("Approximations, q families and primitives", ["ppl_sparsegp.approximations"]),
-    ("Optimisers: natural gradients", ["ppl_sparsegp.optim"]),
-    ("Stein particle inference", ["ppl_sparsegp.stein"]),
+    ("Optimisers: natural gradients, AdamW, schedules", ["ppl_sparsegp.optim"]),
     ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
-    ("Fits, sharding and data", ["ppl_sparsegp.fits", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets",
-                                 "ppl_sparsegp.compat"]),
-    ("Structured linear algebra", ["ppl_sparsegp.linalg"]),
+    ("Stein particle inference", ["ppl_sparsegp.stein"]),
+    ("Fits, sharding and data", ["ppl_sparsegp.fits", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets"]),
+    ("Internals: dispatchers, structured linear algebra, compatibility",
+     ["ppl_sparsegp.covariances", "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian", "ppl_sparsegp.linalg",
+      "ppl_sparsegp.compat"]),
+]
+
+# the curated page ahead of the reference: the names a user needs first, as they are imported
+MOST_USED = [
+    ("A GP in your own NumPyro model", ["ppl_sparsegp.spectral_gp", "ppl_sparsegp.marginal_spectral_gp",
+                                        "ppl_sparsegp.inducing_guide", "ppl_sparsegp.choose_features"]),
+    ("Features: the inducing variables", ["ppl_sparsegp.FourierFeatures", "ppl_sparsegp.AdditiveFeatures",
+                                          "ppl_sparsegp.KroneckerFeatures", "ppl_sparsegp.InducingPoints",
+                                          "ppl_sparsegp.SphericalHarmonicFeatures"]),
+    ("Kernels and likelihoods", ["ppl_sparsegp.Matern32", "ppl_sparsegp.SquaredExponential",
+                                 "ppl_sparsegp.Gaussian", "ppl_sparsegp.Poisson", "ppl_sparsegp.Param"]),
+    ("Whole-model approximations and fitting", ["ppl_sparsegp.SparseGP", "ppl_sparsegp.CollapsedGP",
+                                                "ppl_sparsegp.map_lbfgs", "ppl_sparsegp.optim.NaturalGradient",
+                                                "ppl_sparsegp.features.fourier_statistics.fourier_statistics"]),
+    ("Diagnostics and saving", ["ppl_sparsegp.diagnostics.from_mcmc", "ppl_sparsegp.diagnostics.adequacy",
+                                "ppl_sparsegp.diagnostics.refinement_check", "ppl_sparsegp.diagnostics.predict",
+                                "ppl_sparsegp.fits.load_fit"]),
 ]
 
 
@@ -108,8 +127,13 @@ def _private_base_members(cls) -> list[str]:
     return names
 
 
+def title(module: str) -> str:
+    """A module page's title: its name below the package (short enough for a heading on one line)."""
+    return module if module == PACKAGE else module[len(PACKAGE) + 1:]
+
+
 def _page(module: str, entries: list[tuple[str, str]], reexports: list[tuple[str, str]]) -> str:
-    lines = [module, "=" * len(module), "", f".. automodule:: {module}", "   :no-members:", ""]
+    lines = [title(module), "=" * len(title(module)), "", f".. automodule:: {module}", "   :no-members:", ""]
     if entries:
         lines += [".. rubric:: Contents", "", ".. autosummary::", "   :nosignatures:", ""]
         lines += [f"   {name}" for name, _ in entries] + [""]
@@ -153,21 +177,49 @@ def generate(outdir) -> list[str]:
     for old in outdir.glob("*.rst"):
         if old.stem not in content:
             old.unlink()
-    index = ["# API reference", "",
-             "Generated from the docstrings: one page per public module, every name of every `__all__` "
-             "documented once, on the page of the module that defines it (re-exports link there).", ""]
-    placed = set()
+    for old in outdir.glob("section_*.md"):
+        old.unlink()
     sections = SECTIONS + [("Other modules", [""])]
-    for title, prefixes in sections:
-        members = [m for m in modules if m not in placed and any(
-            m == p or (p and m.startswith(p + ".") and not any(
-                m == q or m.startswith(q + ".") for _, qs in SECTIONS for q in qs if len(q) > len(p)))
-            or p == "" for p in prefixes)]
-        if title == "The package":
-            members = [PACKAGE]
+
+    def section(module):
+        best = max(((len(p), i) for i, (_, prefixes) in enumerate(sections) for p in prefixes
+                    if module == p or p == "" or module.startswith(p + ".")), default=(0, len(sections) - 1))
+        return sections[best[1]][0] if module != PACKAGE else sections[0][0]
+
+    index = ["# API reference", "",
+             "Start with the {doc}`most used names <most_used>`. The reference is generated from the docstrings: "
+             "one page per public module, every name of every `__all__` documented once, on the page of the "
+             "module that defines it (re-exports link there).", "",
+             "```{toctree}", ":maxdepth: 1", "", "most_used", PACKAGE]
+    body = []
+    for k, (name, _) in enumerate(sections[1:], start=1):
+        members = [m for m in modules if m != PACKAGE and section(m) == name]
         if not members:
             continue
-        placed.update(members)
-        index += [f"## {title}", "", "```{toctree}", ":maxdepth: 1", ""] + members + ["```", ""]
+        slug = "section_" + re.sub(r"[^a-z]+", "_", name.split(":")[0].split(",")[0].lower()).strip("_")
+        index.append(slug)
+        body += [f"## {name}", ""] + [f"* {{doc}}`{m} <{m}>`" for m in members] + [""]
+        _write(outdir / f"{slug}.md", "\n".join([f"# {name}", "", "```{toctree}", ":maxdepth: 1", ""]
+                                                  + members + ["```", ""]))
+    index += ["```", ""] + body
+    _write(outdir / "most_used.md", most_used(home))
     _write(outdir / "index.md", "\n".join(index))
     return modules
+
+
+def most_used(home=None) -> str:
+    """The curated page: :data:`MOST_USED`'s names in tables (name, first docstring line), linked to their
+    entries; a name that is not public raises (so the list cannot go stale)."""
+    home = homes() if home is None else home
+    lines = ["# Most used", "",
+             "The names a user needs first, as they are imported (`import ppl_sparsegp as psg`: "
+             "`psg.spectral_gp`, `psg.diagnostics.adequacy`, ...). Everything else is in the full reference.", ""]
+    for group, names in MOST_USED:
+        lines += [f"## {group}", "", "```{eval-rst}", ".. autosummary::", "   :nosignatures:", ""]
+        for dotted in names:
+            module, _, name = dotted.rpartition(".")
+            if (module, name) not in home:
+                raise ValueError(f"apigen.MOST_USED: {dotted} is not a public name (not in {module}.__all__)")
+            lines.append(f"   ~{home[(module, name)]}.{name}")
+        lines += ["```", ""]
+    return "\n".join(lines)

@@ -6,17 +6,18 @@ noise with every inducing variable (and an optional parametric mean's weights) i
 
 .. math::
 
-    \mathbf y = H\boldsymbol\beta + \sum_j f_j(X) + \boldsymbol\varepsilon,\quad
-    f_j = K^{(j)}_{fu}K^{(j)-1}_{uu}\mathbf u_j,\ \mathbf u_j = R_j\mathbf v_j,\ \mathbf v_j\sim\mathcal N(0, I),\
-    \boldsymbol\beta\sim\mathcal N(\bar{\boldsymbol\beta}, L_\beta L_\beta^\top),\
-    \boldsymbol\varepsilon\sim\mathcal N(0,\sigma^2 I),
+    \mathbf y &= H\boldsymbol\beta + \sum_j f_j(X) + \boldsymbol\varepsilon,\quad
+    \boldsymbol\beta\sim\mathcal N(\bar{\boldsymbol\beta}, L_\beta L_\beta^\top),\quad
+    \boldsymbol\varepsilon\sim\mathcal N(0,\sigma^2 I),\\
+    f_j &= K^{(j)}_{fu}K^{(j)-1}_{uu}\mathbf u_j,\quad \mathbf u_j = R_j\mathbf v_j,\quad
+    \mathbf v_j\sim\mathcal N(0, I),
 
 so that with :math:`Z = [W_1^\top \cdots W_J^\top\ HL_\beta]` (N × M'), :math:`W_j = R_j^\top K_{uu}^{(j)-1}K^{(j)}_{uf}`,
 
 .. math::
 
-    \mathbf y \sim \mathcal N(H\bar{\boldsymbol\beta},\ ZZ^\top + \sigma^2 I)
-    = \mathcal N(H\bar{\boldsymbol\beta},\ \textstyle\sum_j Q^{(j)}_{ff} + HL_\beta L_\beta^\top H^\top + \sigma^2 I),
+    \mathbf y &\sim \mathcal N(H\bar{\boldsymbol\beta},\ ZZ^\top + \sigma^2 I)\\
+    &= \mathcal N(H\bar{\boldsymbol\beta},\ \textstyle\sum_j Q^{(j)}_{ff} + HL_\beta L_\beta^\top H^\top + \sigma^2 I),
 
 evaluated by Woodbury (:func:`~ppl_sparsegp.approximations.collapsed.woodbury_log_density`) in
 O(N M'² + M'³). This is the exact marginal of the latent model (not Titsias' bound: no trace term), so

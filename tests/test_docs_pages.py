@@ -1,0 +1,101 @@
+"""Every code block of the docs' pages runs: ``docs/*.md`` and ``docs/guide/*.md``, page by page.
+
+The rule for a page's code fences (stated again in ``docs/architecture.md``'s tests section):
+
+* ```` ```python ```` blocks and myst-nb ```` ```{code-cell} ipython3 ```` cells **run**: the blocks of a
+  page are joined top to bottom into one script and executed in one fresh Python process per page (so
+  they share names, as a reader running the page in one session would); a page may open with a short
+  setup block that defines its data.
+* Anything that is not meant to run as it stands takes another fence language: ```` ```bash ```` for
+  shell commands, ```` ```text ```` for fragments, output and pseudo-code. No other language is allowed
+  for code (``test_fence_languages``), so a block cannot drop out of this test by a typo such as
+  ```` ```py ````.
+
+The pages run with ``QUICK=1`` (the notebooks' flag: a page whose example is long reads it to shrink its
+data, steps and draws), ``JAX_PLATFORMS=cpu``, this checkout first on ``PYTHONPATH`` and a temporary
+directory as the working directory (files a page writes land there). A failure names the page, the
+block and its first line in the page.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "guide").glob("*.md")])
+FENCE = re.compile(r"^(?P<ticks>`{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.MULTILINE | re.DOTALL)
+RUN = {"python", "{code-cell} ipython3", "{code-cell} python3", "{code-cell} python"}
+NO_RUN = {"bash", "text"}
+# MyST directives that are not code (a toctree, an image, an include, reST, a cell's output)
+DIRECTIVE = re.compile(r"^\{(?!code-cell\})[\w-]+\}")
+TIMEOUT = 300
+
+
+def blocks(text):
+    """``[(info, first line number of the body, body)]`` of a page's fenced blocks, in order."""
+    out = []
+    for m in FENCE.finditer(text):
+        info = m.group("info").strip()
+        line = text.count("\n", 0, m.start("body")) + 1
+        body = m.group("body")
+        if info.startswith("{code-cell}"):  # myst-nb cell options (":tags: [...]") open the body
+            body = re.sub(r"\A(?:---\n.*?\n---\n|(?::\w[\w-]*:[^\n]*\n)+)", "", body, flags=re.DOTALL)
+        out.append((info, line, body))
+    return out
+
+
+def script(page):
+    """The page's runnable blocks as one script, and ``[(script line, page line, block index)]``."""
+    lines, starts = [], []
+    for k, (info, line, body) in enumerate(b for b in blocks(page.read_text()) if b[0] in RUN):
+        starts.append((len(lines) + 1, line, k + 1))
+        lines += body.rstrip("\n").split("\n")
+    return "\n".join(lines) + "\n", starts
+
+
+RUNNABLE = [p for p in PAGES if script(p)[1]]
+
+
+def _where(stderr, name, starts):
+    """The page line of the deepest traceback frame in the page's script."""
+    found = re.findall(rf'File "[^"]*{re.escape(name)}", line (\d+)', stderr)
+    if not found:
+        return ""
+    n = int(found[-1])
+    first, line, k = max((s for s in starts if s[0] <= n), default=starts[0])
+    return f" (block {k}, page line {line + n - first})"
+
+
+def test_every_page_is_found():
+    """New pages are picked up by the glob; the pages with code are run."""
+    names = {p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE}
+    assert {"getting_started.md", "guide/own_model.md"} <= names, names
+
+
+def test_fence_languages():
+    """Every code fence says whether it runs: python / code-cell (run) or bash / text (not run)."""
+    bad = [(p.relative_to(ROOT).as_posix(), line, info) for p in PAGES
+           for info, line, _ in blocks(p.read_text())
+           if info not in RUN | NO_RUN and not DIRECTIVE.match(info)]
+    assert not bad, ("fences must be ```python (runs), ```bash or ```text (does not run): "
+                     + ", ".join(f"{p}:{line} ```{info}" for p, line, info in bad))
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
+def test_page_runs(page, tmp_path):
+    code, starts = script(page)
+    path = tmp_path / f"page_{page.stem}.py"
+    path.write_text(code)
+    env = {**os.environ, "QUICK": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env.pop("NOTEBOOK_OUT", None)
+    # one CPU device, as a reader has (the suite's forced host devices would make the sharding page's
+    # collectives wait for a second device thread, which a loaded machine can starve past XLA's timeout)
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, check=False,
+                          text=True, timeout=TIMEOUT)
+    where = _where(proc.stderr, path.name, starts)
+    assert proc.returncode == 0, (f"{page.relative_to(ROOT)} fails{where}:\n" + proc.stderr[-4000:])
