@@ -185,7 +185,7 @@ def _listed_files(text: str) -> set:
     """The module files the file list of the architecture page names: a top-level ``name.py`` by name, a
     file of a folder by its stem inside that folder's entry (the lines from ``  folder/`` to the next
     entry)."""
-    block = text.split("```\nppl_sparsegp/", 1)[1].split("```", 1)[0]
+    block = re.split(r"```(?:text)?\nppl_sparsegp/", text, maxsplit=1)[1].split("```", 1)[0]
     listed, folder = set(), None
     for line in block.splitlines():
         entry = line[2:].split(" ", 1)[0] if line.startswith("  ") and not line.startswith("   ") else None
