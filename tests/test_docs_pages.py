@@ -84,6 +84,13 @@ def test_fence_languages():
                      + ", ".join(f"{p}:{line} ```{info}" for p, line, info in bad))
 
 
+def test_every_notebook_is_described_on_the_examples_page():
+    """The examples page groups the notebooks by task with a line each: a new notebook needs its line."""
+    text = (ROOT / "docs" / "examples" / "index.md").read_text()
+    missing = [p.stem for p in sorted((ROOT / "notebooks").glob("*.py")) if f"{{doc}}`{p.stem}`" not in text]
+    assert not missing, f"notebooks without a line on docs/examples/index.md: {missing}"
+
+
 @pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
 def test_page_runs(page, tmp_path):
     code, starts = script(page)

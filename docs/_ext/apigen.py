@@ -187,9 +187,9 @@ def generate(outdir) -> list[str]:
         return sections[best[1]][0] if module != PACKAGE else sections[0][0]
 
     index = ["# API reference", "",
-             "Start with the {doc}`most used names <most_used>`. The reference is generated from the docstrings: "
-             "one page per public module, every name of every `__all__` documented once, on the page of the "
-             "module that defines it (re-exports link there).", "",
+             ("Start with the {doc}`most used names <most_used>`. The reference is generated from the docstrings: "
+              "one page per public module, every name of every `__all__` documented once, on the page of the "
+              "module that defines it (re-exports link there)."), "",
              "```{toctree}", ":maxdepth: 1", "", "most_used", PACKAGE]
     body = []
     for k, (name, _) in enumerate(sections[1:], start=1):
@@ -212,8 +212,8 @@ def most_used(home=None) -> str:
     entries; a name that is not public raises (so the list cannot go stale)."""
     home = homes() if home is None else home
     lines = ["# Most used", "",
-             "The names a user needs first, as they are imported (`import ppl_sparsegp as psg`: "
-             "`psg.spectral_gp`, `psg.diagnostics.adequacy`, ...). Everything else is in the full reference.", ""]
+             ("The names a user needs first, as they are imported (`import ppl_sparsegp as psg`: "
+              "`psg.spectral_gp`, `psg.diagnostics.adequacy`, ...). Everything else is in the full reference."), ""]
     for group, names in MOST_USED:
         lines += [f"## {group}", "", "```{eval-rst}", ".. autosummary::", "   :nosignatures:", ""]
         for dotted in names:
