@@ -11,14 +11,14 @@ Architecture (floors run bottom-up; a module imports only from its own floor or 
 * 1: :mod:`.conditionals` (the default q(u) → q(f)), :mod:`.features` (one file per family, registering
   into the dispatchers);
 * 2: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
-  :mod:`.stein` (Stein particle inference);
+  :mod:`.optim` (natural-gradient steps for q(u) inside SVI), :mod:`.stein` (Stein particle inference);
 * 3: :mod:`.diagnostics` (every ArviZ call, metrics, plots); side: :mod:`.datasets`.
 
 A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
 registration where its structure allows something faster), and its tests. Nothing else changes.
 """
-from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, stein  # noqa: F401
+from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
 from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
                              collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
                              full_covariance, inducing_guide, inducing_prior, map_lbfgs, marginal_spectral_gp,
