@@ -228,10 +228,7 @@ def classification_task(task, seed, args):
     if task == "banana":
         X, y = load_banana()
         kernel = SquaredExponential(variance=3.0, lengthscale=0.6)
-        from ppl_sparsegp.features.spherical import num_harmonics
-
-    M = sum(num_harmonics(D + 1, n) for n in range(spherical_degree(D, M) + 1))  # the spherical features' M
-    Z = X[np.random.default_rng(0).choice(len(X), min(M, len(X)), replace=False)]
+        Z = X[np.random.default_rng(0).choice(len(X), min(M, len(X)), replace=False)]
         return X, y, SparseGP(InducingPoints(Z), kernel, Bernoulli())
     if task == "classification-2d":
         n = args.class_n
