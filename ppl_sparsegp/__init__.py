@@ -14,7 +14,7 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 * 3: :mod:`.groups`; 4: :mod:`.conditionals` (the default q(u) → q(f));
 * 5: :mod:`.features` (one file per family, registering into the dispatchers);
 * 6: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
-  :mod:`.optim` (AdamW, schedules);
+  :mod:`.optim` (natural-gradient steps for q(u) inside SVI, AdamW, schedules);
 * 7: :mod:`.stein` (Stein particle inference); 8: :mod:`.diagnostics` (every ArviZ call, metrics,
   plots); 9: :mod:`.fits` (saving and loading fits).
 

@@ -79,6 +79,9 @@ def _priors(kind, D, X, M):
         return feature, kernel, noise
     kernel = SquaredExponential(variance=dist.LogNormal(0.0, 1.0),
                                 lengthscale=dist.LogNormal(jnp.zeros(D), 1.0).to_event(1))
+    from ppl_sparsegp.features.spherical import num_harmonics
+
+    M = sum(num_harmonics(D + 1, n) for n in range(spherical_degree(D, M) + 1))  # the spherical features' M
     Z = X[np.random.default_rng(0).choice(len(X), min(M, len(X)), replace=False)]
     return InducingPoints(jnp.asarray(Z)), kernel, noise
 
