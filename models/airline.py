@@ -47,8 +47,16 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
-from ppl_sparsegp import (Additive, ChordalMatern, CollapsedGP, Kuu, Matern32, SphericalHarmonicFeatures, diagnostics,
-                          fit_spherical)
+from ppl_sparsegp import (
+    Additive,
+    ChordalMatern,
+    CollapsedGP,
+    Kuu,
+    Matern32,
+    SphericalHarmonicFeatures,
+    diagnostics,
+    fit_spherical,
+)
 from ppl_sparsegp.approximations import SphericalFit
 from ppl_sparsegp.features import AdditiveFeatures, FourierFeatures
 from ppl_sparsegp.features.fourier_statistics import fourier_conditional, fourier_statistics

@@ -13,9 +13,9 @@ import numpyro.distributions as dist
 
 from models import ModelSpec
 from ppl_sparsegp import Matern32, Product, SparseGP
+from ppl_sparsegp.approximations.variational import two_kronecker_covariance
 from ppl_sparsegp.datasets import load_banana
 from ppl_sparsegp.features import FourierFeatures, KroneckerFeatures
-from ppl_sparsegp.approximations.variational import two_kronecker_covariance
 from ppl_sparsegp.likelihoods import Bernoulli
 
 DESCRIPTION = "Banana classifier: Bernoulli likelihood, product Matérn-3/2 Kronecker VFF, SVI or NUTS"

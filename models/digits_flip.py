@@ -31,12 +31,11 @@ import numpy as np
 from numpyro.distributions import constraints
 
 from models import ModelSpec
-from ppl_sparsegp import InducingPoints, Param, SquaredExponential
+from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.diagnostics import categorical_nlpd
 from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import ImageFlip, multi_negation
-from ppl_sparsegp import SparseGP
 from ppl_sparsegp.likelihoods import RobustMax, Softmax
 
 DESCRIPTION = "Randomly flipped 8x8 digits, 10 classes: flip-group harmonic features (4 x m) vs SVGP"

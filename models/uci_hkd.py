@@ -38,10 +38,10 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import InducingPoints, Matern32, Param, SparseGP
-from ppl_sparsegp.datasets import load_uci, standardise
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
-from ppl_sparsegp.features.harmonic import HarmonicFeatures
+from ppl_sparsegp.datasets import load_uci, standardise
 from ppl_sparsegp.diagnostics import nlpd, rmse
+from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import principal_axes_negation
 from ppl_sparsegp.likelihoods import Gaussian
 

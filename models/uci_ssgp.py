@@ -30,8 +30,7 @@ import numpyro.distributions as dist
 from models import ModelSpec
 from ppl_sparsegp import Param, SquaredExponential, datasets
 from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
-from ppl_sparsegp.diagnostics import mixture_metrics
-from ppl_sparsegp.diagnostics import plot_spectral_density, stein_diagnostics, stein_inference_data
+from ppl_sparsegp.diagnostics import mixture_metrics, plot_spectral_density, stein_diagnostics, stein_inference_data
 from ppl_sparsegp.features.random_fourier import SpectralDensity
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.stein import fit_msrfr, pairwise_median_sq

@@ -25,8 +25,7 @@ import numpyro.distributions as dist
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
-from ppl_sparsegp.diagnostics import mixture_metrics
-from ppl_sparsegp.diagnostics import plot_spectral_density, stein_diagnostics, stein_inference_data
+from ppl_sparsegp.diagnostics import mixture_metrics, plot_spectral_density, stein_diagnostics, stein_inference_data
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.stein import fit_msrfr

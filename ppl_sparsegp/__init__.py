@@ -25,23 +25,57 @@ the registrations never run) and its tests; ``features/integral_transform.py`` i
 approximations do not change.
 """
 from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
-from .approximations import (CollapsedGP, GPModel, SparseGP, SparseSpectrumGP, block_diagonal_covariance,
-                             collapsed_elbo, diagonal_covariance, exact_log_marginal_likelihood,
-                             choose_features, fit_spherical, full_covariance, inducing_guide, inducing_prior,
-                             map_lbfgs, marginal_spectral_gp,
+from ._version import __version__
+from .approximations import (
+                             CollapsedGP,
+                             GPModel,
+                             SparseGP,
+                             SparseSpectrumGP,
+                             block_diagonal_covariance,
+                             choose_features,
+                             collapsed_elbo,
+                             diagonal_covariance,
+                             exact_log_marginal_likelihood,
+                             fit_spherical,
+                             full_covariance,
+                             inducing_guide,
+                             inducing_prior,
+                             map_lbfgs,
+                             marginal_spectral_gp,
                              spectral_gp,
-                             two_kronecker_covariance)
+                             two_kronecker_covariance,
+)
 from .conditionals import conditional
 from .covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
+from .features import (
+                             AdditiveFeatures,
+                             AdditiveOrthogonal,
+                             FourierFeatures,
+                             HarmonicFeatures,
+                             HermiteFeatures,
+                             InducingFeature,
+                             InducingPoints,
+                             KroneckerFeatures,
+                             RandomFourierFeatures,
+                             SphericalHarmonicFeatures,
+                             TrigonometricFeatures,
+)
 from .features.base import refined_features
-from .features import (AdditiveFeatures, AdditiveOrthogonal, FourierFeatures, HarmonicFeatures, HermiteFeatures,
-                       InducingFeature, InducingPoints, KroneckerFeatures, RandomFourierFeatures,
-                       SphericalHarmonicFeatures, TrigonometricFeatures)
 from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
-from .kernels import Additive, ArcCosine, ChordalMatern, Matern12, Matern32, Matern52, Periodic, Product, SphereEmbedded, SquaredExponential
+from .kernels import (
+                             Additive,
+                             ArcCosine,
+                             ChordalMatern,
+                             Matern12,
+                             Matern32,
+                             Matern52,
+                             Periodic,
+                             Product,
+                             SphereEmbedded,
+                             SquaredExponential,
+)
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
-from ._version import __version__
 from .parameters import Param, debug_checks, stack_modules
 
 __all__ = [

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 
+
 # The fast suite is bound by compilation (thousands of small XLA programs: every library call a test
 # makes outside jit compiles each of its operations at their shapes). The fast tests check values at
 # float64 or with tolerances that hold either way, so they compile for speed of compilation: LLVM's

@@ -8,10 +8,10 @@ import numpy as np
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer.util import log_density
+from regression import KERNEL, NOISE, data, dense_posterior
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.likelihoods import Gaussian, Poisson, RobustMax
-from regression import KERNEL, NOISE, data, dense_posterior
 
 
 def test_bad_inputs():

@@ -35,20 +35,29 @@ import pytest
 from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO, TraceMeanField_ELBO
 from numpyro.infer.util import log_density
-
-import ppl_sparsegp as psg
-from ppl_sparsegp.approximations.collapsed import (collapsed_elbo, collapsed_elbo_from_stats,
-                                                   exact_log_marginal_likelihood)
-from ppl_sparsegp.covariances import SufficientStatistics
-from ppl_sparsegp.kernels import constant_kernel_diagonal
-from ppl_sparsegp.features import (AdditiveFeatures, FourierFeatures, HarmonicFeatures, HermiteFeatures,
-                                   InducingPoints, KroneckerFeatures, RandomFourierFeatures,
-                                   TrigonometricFeatures)
-from ppl_sparsegp.features.fourier_statistics import fourier_statistics
-from ppl_sparsegp.groups import Negation, Rotation
-from ppl_sparsegp.likelihoods import Gaussian
 from regression import KERNEL, NOISE, data
 
+import ppl_sparsegp as psg
+from ppl_sparsegp.approximations.collapsed import (
+    collapsed_elbo,
+    collapsed_elbo_from_stats,
+    exact_log_marginal_likelihood,
+)
+from ppl_sparsegp.covariances import SufficientStatistics
+from ppl_sparsegp.features import (
+    AdditiveFeatures,
+    FourierFeatures,
+    HarmonicFeatures,
+    HermiteFeatures,
+    InducingPoints,
+    KroneckerFeatures,
+    RandomFourierFeatures,
+    TrigonometricFeatures,
+)
+from ppl_sparsegp.features.fourier_statistics import fourier_statistics
+from ppl_sparsegp.groups import Negation, Rotation
+from ppl_sparsegp.kernels import constant_kernel_diagonal
+from ppl_sparsegp.likelihoods import Gaussian
 
 F32 = jnp.float32
 # float64 allowance for "bound ≤ exact". Both are sums of O(N) terms whose largest, yᵀy/(2σ²), reaches

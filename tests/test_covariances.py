@@ -16,8 +16,14 @@ from numpyro import handlers
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.conditionals import conditional
-from ppl_sparsegp.covariances import (Dispatcher, FeatureDispatcher, Kuf, Kuu, SufficientStatistics,
-                                      sufficient_statistics)
+from ppl_sparsegp.covariances import (
+    Dispatcher,
+    FeatureDispatcher,
+    Kuf,
+    Kuu,
+    SufficientStatistics,
+    sufficient_statistics,
+)
 from ppl_sparsegp.features import AdditiveFeatures, FourierFeatures, InducingPoints, KroneckerFeatures
 
 RNG = np.random.default_rng(0)

@@ -25,10 +25,11 @@ distributed = pytest.importorskip("distributed")
 pd = pytest.importorskip("pandas")
 pytest.importorskip("pyarrow")
 
+from test_fourier_statistics import FEATURE, KERNEL, data  # noqa: E402
+
 from ppl_sparsegp.features.fourier_dask import _tree_sum  # noqa: E402
 from ppl_sparsegp.features.fourier_statistics import fourier_conditional, fourier_statistics  # noqa: E402
 from ppl_sparsegp.linalg import Dense  # noqa: E402
-from test_fourier_statistics import FEATURE, KERNEL, data  # noqa: E402
 
 N = 3000
 CHUNKS = 750  # 4 partitions; chunks of 256 rows per device as in the in-memory reference (one compiled shape)

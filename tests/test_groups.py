@@ -8,10 +8,19 @@ import pytest
 import scipy.linalg
 
 import ppl_sparsegp as psg
+from ppl_sparsegp.groups import (
+    ImageFlip,
+    ImageShift,
+    LongitudeRotation,
+    Negation,
+    ProductGroup,
+    Rotation,
+    coordinate_negation,
+    multi_negation,
+    principal_axes_negation,
+    real_dft_weights,
+)
 from ppl_sparsegp.kernels import SphereEmbedded
-from ppl_sparsegp.groups import (ImageFlip, ImageShift, LongitudeRotation, Negation, ProductGroup, Rotation,
-                                 coordinate_negation, multi_negation, principal_axes_negation,
-                                 real_dft_weights)
 
 
 def test_real_weights_are_the_paired_complex_dft():

@@ -11,9 +11,17 @@ from numpyro.infer import TraceMeanField_ELBO
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.features.harmonic import HarmonicFeatures, check_invariance, harmonic_gram
+from ppl_sparsegp.groups import (
+    ImageFlip,
+    ImageShift,
+    LongitudeRotation,
+    Negation,
+    Rotation,
+    coordinate_negation,
+    multi_negation,
+    principal_axes_negation,
+)
 from ppl_sparsegp.kernels import SphereEmbedded
-from ppl_sparsegp.groups import (ImageFlip, ImageShift, LongitudeRotation, Negation, Rotation,
-                                 coordinate_negation, multi_negation, principal_axes_negation)
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.linalg import BlockDiag, Dense, Identity, StackedBlockDiag
 

@@ -34,9 +34,9 @@ def test_float32_past_the_measured_limit_warns_naming_it():
     limit and the fix; at the limit, and in float64, nothing is said."""
     import warnings
 
-    from ppl_sparsegp.features.base import Float32Warning
-
     import jax
+
+    from ppl_sparsegp.features.base import Float32Warning
 
     def f32(module):  # every leaf in float32 (constructors store float64 when x64 is on: README)
         return jax.tree.map(lambda a: np.asarray(a, np.float32), module)

@@ -14,7 +14,6 @@ import numpyro.distributions as dist
 import pytest
 from scipy import integrate, special, stats
 
-from ppl_sparsegp.parameters import Param, instantiate
 from ppl_sparsegp.likelihoods import (
     Bernoulli,
     Gaussian,
@@ -26,6 +25,7 @@ from ppl_sparsegp.likelihoods import (
     gauss_hermite,
     log_gauss_hermite,
 )
+from ppl_sparsegp.parameters import Param, instantiate
 
 N_MC = 200_000
 EXPOSURE = np.array([0.5, 2.0, 1.5, 3.0])

@@ -4,10 +4,10 @@ collapsed bound is the exact marginal likelihood."""
 import numpy as np
 import numpyro.distributions as dist
 import pytest
+from regression import data
 from scipy import optimize, stats
 
 import ppl_sparsegp as psg
-from regression import data
 
 
 def test_map_equals_the_exact_gp_type_ii_map():

@@ -15,15 +15,13 @@ import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
 from numpyro.infer.util import log_density
+from regression import KERNEL, data
 from scipy import stats
 from scipy.linalg import block_diag
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.features import FourierFeatures, HarmonicFeatures, InducingPoints
 from ppl_sparsegp.groups import Negation
-from regression import KERNEL, data
-
-
 
 
 def _lp(model, args, values):

@@ -60,8 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from numpyro import handlers
 from numpyro.distributions.kl import kl_divergence
 from scipy.linalg import block_diag
@@ -69,12 +68,28 @@ from scipy.linalg import block_diag
 import ppl_sparsegp as psg
 from ppl_sparsegp import StructuredNormal, gaussian_kl
 from ppl_sparsegp.approximations.collapsed import collapsed_elbo, exact_log_marginal_likelihood
-from ppl_sparsegp.features import (AdditiveFeatures, AdditiveOrthogonal, FourierFeatures, HarmonicFeatures,
-                                   HermiteFeatures, InducingPoints, KroneckerFeatures, RandomFourierFeatures,
-                                   TrigonometricFeatures)
+from ppl_sparsegp.features import (
+    AdditiveFeatures,
+    AdditiveOrthogonal,
+    FourierFeatures,
+    HarmonicFeatures,
+    HermiteFeatures,
+    InducingPoints,
+    KroneckerFeatures,
+    RandomFourierFeatures,
+    TrigonometricFeatures,
+)
 from ppl_sparsegp.groups import Negation, Rotation
-from ppl_sparsegp.linalg import (BlockDiag, Dense, Diagonal, DiagPlusLowRank, Identity, Kronecker, KroneckerSum,
-                                 StackedBlockDiag)
+from ppl_sparsegp.linalg import (
+    BlockDiag,
+    Dense,
+    Diagonal,
+    DiagPlusLowRank,
+    Identity,
+    Kronecker,
+    KroneckerSum,
+    StackedBlockDiag,
+)
 
 F64, F32 = np.float64, np.float32
 _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=False,

@@ -11,8 +11,13 @@ from scipy import stats
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.collapsed import optimal_whitened_q
 from ppl_sparsegp.covariances import SufficientStatistics
-from ppl_sparsegp.features.random_fourier import (RandomFourierFeatures, SpectralDensity, chi2_ppf,
-                                                  sample_frequencies, scrambled_halton)
+from ppl_sparsegp.features.random_fourier import (
+    RandomFourierFeatures,
+    SpectralDensity,
+    chi2_ppf,
+    sample_frequencies,
+    scrambled_halton,
+)
 
 
 def inputs(n=40, d=2, seed=0):

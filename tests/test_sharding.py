@@ -24,8 +24,7 @@ from numpyro.infer import MCMC, NUTS, SVI, TraceMeanField_ELBO
 from numpyro.infer.util import initialize_model, potential_energy
 
 from ppl_sparsegp import FourierFeatures, InducingPoints, Matern32, Poisson, SparseGP, spectral_gp
-from ppl_sparsegp.sharding import (data_mesh, find_data_mesh, initialize_distributed, map_rows, process_rows,
-                                   shard_data)
+from ppl_sparsegp.sharding import data_mesh, find_data_mesh, initialize_distributed, map_rows, process_rows, shard_data
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL = 1e-10  # float64: the sharded sum differs from the serial one in summation order only

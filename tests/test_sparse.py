@@ -11,6 +11,7 @@ import pytest
 from numpyro import optim
 from numpyro.infer import MCMC, NUTS, SVI, TraceMeanField_ELBO
 from numpyro.infer.util import log_density
+from regression import KERNEL, NOISE, data, dense_posterior
 
 import ppl_sparsegp as psg
 from ppl_sparsegp import SparseGP
@@ -20,7 +21,6 @@ from ppl_sparsegp.covariances import SufficientStatistics
 from ppl_sparsegp.features.harmonic import HarmonicFeatures
 from ppl_sparsegp.groups import Negation
 from ppl_sparsegp.likelihoods import Gaussian, Poisson, RobustMax, Softmax
-from regression import KERNEL, NOISE, data, dense_posterior
 
 
 def optimal_params(gp, X, y):

@@ -32,8 +32,14 @@ import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.collapsed import collapsed_elbo, exact_log_marginal_likelihood
 from ppl_sparsegp.features import OutsideDomainWarning, SphericalHarmonicFeatures
 from ppl_sparsegp.features.spherical import spherical_statistics
-from ppl_sparsegp.features.spherical_harmonics import (MAX_HARMONICS_PER_DEGREE, _quadrature, funk_hecke_coefficients,
-                                                       fundamental_system, gegenbauer, num_harmonics)
+from ppl_sparsegp.features.spherical_harmonics import (
+    MAX_HARMONICS_PER_DEGREE,
+    _quadrature,
+    fundamental_system,
+    funk_hecke_coefficients,
+    gegenbauer,
+    num_harmonics,
+)
 from ppl_sparsegp.kernels import ArcCosine, ChordalMatern
 from ppl_sparsegp.likelihoods import Bernoulli, Gaussian
 

@@ -18,9 +18,21 @@ import numpyro.distributions as dist
 import pytest
 import scipy.stats
 
-from ppl_sparsegp import (ArcCosine, Bernoulli, ChordalMatern, CollapsedGP, Gaussian, InducingPoints, Kuf, Kuu,
-                          Matern32, SphericalHarmonicFeatures, exact_log_marginal_likelihood, fit_spherical,
-                          map_lbfgs)
+from ppl_sparsegp import (
+    ArcCosine,
+    Bernoulli,
+    ChordalMatern,
+    CollapsedGP,
+    Gaussian,
+    InducingPoints,
+    Kuf,
+    Kuu,
+    Matern32,
+    SphericalHarmonicFeatures,
+    exact_log_marginal_likelihood,
+    fit_spherical,
+    map_lbfgs,
+)
 
 D = 2
 

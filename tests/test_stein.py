@@ -19,9 +19,18 @@ from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
 from ppl_sparsegp.diagnostics import stein_diagnostics, stein_inference_data
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.stein import (AdamW, FrequencyBlockMatrix, FrequencyRBFKernel, FrequencySteinVI,
-                                cyclical_annealing, fit_msrfr, fit_stein, pairwise_median_sq, stein_frequencies,
-                                svgd)
+from ppl_sparsegp.stein import (
+    AdamW,
+    FrequencyBlockMatrix,
+    FrequencyRBFKernel,
+    FrequencySteinVI,
+    cyclical_annealing,
+    fit_msrfr,
+    fit_stein,
+    pairwise_median_sq,
+    stein_frequencies,
+    svgd,
+)
 
 
 def regression_data(n=30, d=2, seed=0):

@@ -11,8 +11,14 @@ from numpyro import handlers
 from scipy.linalg import block_diag
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.approximations.variational import (block_diagonal_covariance, default_family, diagonal_covariance,
-                                                     full_covariance, resolve_q_family, two_kronecker_covariance)
+from ppl_sparsegp.approximations.variational import (
+    block_diagonal_covariance,
+    default_family,
+    diagonal_covariance,
+    full_covariance,
+    resolve_q_family,
+    two_kronecker_covariance,
+)
 from ppl_sparsegp.features import FourierFeatures, KroneckerFeatures
 from ppl_sparsegp.linalg import BlockDiag, Dense, DiagPlusLowRank, Kronecker, KroneckerSum, StackedBlockDiag
 

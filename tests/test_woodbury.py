@@ -6,8 +6,12 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ppl_sparsegp.linalg import BlockDiag, Dense
-from ppl_sparsegp.linalg.woodbury import (capacitance_cholesky, precision_log_density, whiten_blocks,
-                                          woodbury_log_density)
+from ppl_sparsegp.linalg.woodbury import (
+    capacitance_cholesky,
+    precision_log_density,
+    whiten_blocks,
+    woodbury_log_density,
+)
 
 jax.config.update("jax_enable_x64", True)
 rng = np.random.default_rng(0)

@@ -117,8 +117,15 @@ def problem(family, M, opts, X):
     import numpy as np
 
     import ppl_sparsegp as psg
-    from ppl_sparsegp.features import (FourierFeatures, HarmonicFeatures, HermiteFeatures, InducingPoints,
-                                       KroneckerFeatures, RandomFourierFeatures, TrigonometricFeatures)
+    from ppl_sparsegp.features import (
+        FourierFeatures,
+        HarmonicFeatures,
+        HermiteFeatures,
+        InducingPoints,
+        KroneckerFeatures,
+        RandomFourierFeatures,
+        TrigonometricFeatures,
+    )
     from ppl_sparsegp.features.orthogonal import quadrature_nodes
     from ppl_sparsegp.groups import Negation, Rotation
 

@@ -117,6 +117,7 @@ def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300, tim
     the part of every method's SVI step that does not depend on the model."""
     import jax
     import numpy as np
+
     from ppl_sparsegp.compat import subsample_indices
 
     draw = jax.jit(lambda key: subsample_indices(N, batch_size, key))

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 
-from inference.benchmarks import harness
-from inference.benchmarks import lgcp_1d
+from inference.benchmarks import harness, lgcp_1d
 
 
 def layout_model(feature, x, correction=True):

@@ -71,8 +71,16 @@ def make_model(method, D, M_target, X):
     import numpyro.distributions as dist
 
     from models import airline
-    from ppl_sparsegp import (Additive, ChordalMatern, Gaussian, InducingPoints, Matern32, SparseGP,
-                              SphericalHarmonicFeatures, SquaredExponential)
+    from ppl_sparsegp import (
+        Additive,
+        ChordalMatern,
+        Gaussian,
+        InducingPoints,
+        Matern32,
+        SparseGP,
+        SphericalHarmonicFeatures,
+        SquaredExponential,
+    )
 
     noise = Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0))
     if method in ("spherical", "spherical-diag"):

@@ -109,9 +109,9 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     from inference.runner import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, Param, SquaredExponential
-    from ppl_sparsegp.features.random_fourier import sample_frequencies
     from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
     from ppl_sparsegp.diagnostics import mixture_metrics
+    from ppl_sparsegp.features.random_fourier import sample_frequencies
     from ppl_sparsegp.stein import AdamW
 
     cfg = uci_ssgp.DATASETS[name]

@@ -38,8 +38,8 @@ METHODS = {"vff": "additive VFF (collapsed)", "sgpr": "SGPR, inducing points, AR
 def fit_vff(split, args):
     import jax
 
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from models import airline
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
@@ -71,8 +71,8 @@ def fit_sgpr(split, args, seed):
     import numpy as np
     import numpyro.distributions as dist
 
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from ppl_sparsegp import CollapsedGP, Gaussian, InducingPoints, SquaredExponential
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
 

@@ -37,8 +37,15 @@ def make_gp(kind, M, X, q_cov, T=50, fixed=False):
     import numpyro.distributions as dist
     from numpyro.distributions import constraints
 
-    from ppl_sparsegp import (Gaussian, HermiteFeatures, InducingPoints, Param, SparseGP, SquaredExponential,
-                              TrigonometricFeatures)
+    from ppl_sparsegp import (
+        Gaussian,
+        HermiteFeatures,
+        InducingPoints,
+        Param,
+        SparseGP,
+        SquaredExponential,
+        TrigonometricFeatures,
+    )
 
     if fixed:
         kernel, lik = SquaredExponential(VARIANCE, LENGTHSCALE), Gaussian(NOISE_SD**2)

@@ -14,15 +14,14 @@
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
-from .optimise import map_lbfgs
 from .marginal import MarginalGaussian, marginal_spectral_gp
+from .optimise import map_lbfgs
 from .pilot import choose_features
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP
 from .spectrum import SparseSpectrumGP
 from .spherical_fit import SphericalFit, fit_spherical
-from .variational import (block_diagonal_covariance, diagonal_covariance, full_covariance,
-                          two_kronecker_covariance)
+from .variational import block_diagonal_covariance, diagonal_covariance, full_covariance, two_kronecker_covariance
 
 __all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
            "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "MarginalGaussian", "choose_features",

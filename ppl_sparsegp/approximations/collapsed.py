@@ -46,8 +46,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..kernels import check_inputs, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..linalg import Dense
-from ..linalg.woodbury import capacitance_cholesky, woodbury_log_density
-from ..linalg.woodbury import whiten_blocks as _whiten
+from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
 from .base import GPModel, _require, _site_names, check_targets
 

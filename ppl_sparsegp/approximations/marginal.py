@@ -55,9 +55,13 @@ from numpyro.distributions import Distribution, constraints
 
 from ..covariances import Kuu, kuf_basis
 from ..features.base import current_feature
-from ..linalg.woodbury import capacitance_cholesky, precision_log_density, woodbury_log_density
-from ..linalg.woodbury import logdet_and_quadratic as _logdet_and_quadratic  # noqa: F401 (tests)
-from ..linalg.woodbury import whiten_blocks as _whiten
+from ..linalg.woodbury import (
+    capacitance_cholesky,
+    logdet_and_quadratic as _logdet_and_quadratic,  # noqa: F401 (tests)
+    precision_log_density,
+    whiten_blocks as _whiten,
+    woodbury_log_density,
+)
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
 from . import _checks
 from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance

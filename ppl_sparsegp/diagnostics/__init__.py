@@ -47,8 +47,8 @@ from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, f
 from .metrics import categorical_nlpd, mixture_metrics, mixture_nlpd, nlpd, rmse
 from .particles import stein_diagnostics, stein_inference_data
 from .plots import plot_fit_1d, plot_spectral_density, plot_trace
-from .refinement import refinement_check
 from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params
+from .refinement import refinement_check
 from .summaries import load, save, summary
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "posterior_samples",

@@ -78,10 +78,10 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import Distribution
 
-from ..parameters import is_concrete
-from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
-from ..linalg import DiagPlusLowRank, Diagonal
 from ..covariances import Kuf, Kuu, kuf_basis
+from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
+from ..linalg import Diagonal, DiagPlusLowRank
+from ..parameters import is_concrete
 from .base import InducingFeature, OutsideDomainWarning, constant_kuf
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "lengthscale_range"]

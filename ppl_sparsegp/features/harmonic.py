@@ -51,11 +51,11 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import Distribution
 
-from ..parameters import Param, is_concrete
+from ..covariances import Kuf, Kuu
 from ..groups import Group
 from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
 from ..linalg import StackedBlockDiag
-from ..covariances import Kuf, Kuu
+from ..parameters import Param, is_concrete
 from .base import InducingFeature
 from .precision import warn_float32
 

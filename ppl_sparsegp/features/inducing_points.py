@@ -4,10 +4,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..parameters import Param, is_concrete
+from ..covariances import Kuf, Kuu
 from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
-from ..covariances import Kuf, Kuu
+from ..parameters import Param, is_concrete
 from .base import InducingFeature
 from .precision import warn_float32
 

@@ -55,10 +55,10 @@ import numpy as np
 from jax.scipy.special import gammainc, gammaln, ndtri
 from numpyro.distributions import Distribution, constraints
 
-from ..parameters import Param, check_finite, is_concrete
+from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary, _Matern, check_inputs
 from ..linalg import Diagonal
-from ..covariances import Kuf, Kuu
+from ..parameters import Param, check_finite, is_concrete
 from .base import InducingFeature
 
 __all__ = ["RandomFourierFeatures", "ImportanceFourierFeatures", "SpectralDensity", "sample_frequencies", "scrambled_halton",
