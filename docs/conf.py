@@ -3,13 +3,13 @@
 Generated at every build (not in git): ``api/`` (one page per public module, from ``__all__``: see
 ``_ext/apigen.py``) and ``examples/<name>.py`` (a copy of every ``notebooks/*.py``, executed by myst-nb
 through jupytext at the tests' reduced size, ``QUICK=1``; ``PPL_SPARSEGP_DOCS_FULL=1``: at full size).
-``PPL_SPARSEGP_DOCS_EXECUTE=0`` builds without executing anything (CI: ``make docs-fast``). Nothing is fetched from the network (no intersphinx): references to other projects'
+``PPL_SPARSEGP_DOCS_EXECUTE=0`` builds without executing anything (CI: ``make docs-fast``).
+Nothing is fetched from the network (no intersphinx): references to other projects'
 objects are ignored explicitly in ``nitpick_ignore_regex``.
 """
 import importlib
 import os
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path

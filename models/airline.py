@@ -97,7 +97,8 @@ NOISE_SD = 12.0
 
 def synthetic(n: int, seed: int = 0):
     """n rows of airline-like covariates (columns :data:`AIRLINE_COVARIATES`) and a target: the sum of
-    the known effects :func:`_effects` plus N(0, 12²) noise (noise-only test MSE ≈ 0.75 on the standardised target; the airline data reach 0.83).
+    the known effects :func:`_effects` plus N(0, 12²) noise (noise-only test MSE ≈ 0.75 on the standardised
+    target; the airline data reach 0.83).
 
     :returns: ``(X (n, 8), y (n,), names, f (n,))`` with f the noise-free target.
     """
@@ -410,8 +411,8 @@ def build(args) -> ModelSpec:
         for flag in ("max_degree", "subsample"):
             v = getattr(args, flag, None)
             if v is not None and (int(v) != v or v < (0 if flag == "max_degree" else 2)):
-                raise ValueError(f"--{flag.replace('_', '-')} must be an integer >= {0 if flag == 'max_degree' else 2}, "
-                                 f"got {v!r}")
+                raise ValueError(f"--{flag.replace('_', '-')} must be an integer >= "
+                                 f"{0 if flag == 'max_degree' else 2}, got {v!r}")
         for key in ("X", "X_test"):  # centred in [−½, ½]: the map's scales act around the centre
             data[key] = data[key] - 0.5
         t0 = time.perf_counter()

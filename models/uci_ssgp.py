@@ -11,7 +11,8 @@ sizes, repulsion α, annealing power s; chosen by the authors' cross-validation 
 The model: ``SparseSpectrumGP`` with a squared-exponential spectral family, signal variance 1 (the
 paper's), per-dimension lengthscales shared by the particles and initialised as the authors do (the
 median over training pairs of the squared input differences; 1 where that median is 0, i.e. one-hot
-columns; energy and concrete: 1 everywhere, see ``DATASETS``), the noise fixed at the tuned σ², and the frequency prior N(0, 3²) per coordinate (wine: the
+columns; energy and concrete: 1 everywhere, see ``DATASETS``), the noise fixed at the tuned σ², and the
+frequency prior N(0, 3²) per coordinate (wine: the
 kernel's spectral density N(0, I), the authors' default).
 
 References:

@@ -25,7 +25,7 @@ the registrations never run) and its tests; ``features/integral_transform.py`` i
 approximations do not change.
 """
 from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
-from ._version import __version__
+from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__version__)
 from .approximations import (
                              CollapsedGP,
                              GPModel,
@@ -87,7 +87,8 @@ __all__ = [
     # features and their dispatchers
     "InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
     "HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "HarmonicFeatures",
-    "RandomFourierFeatures", "SphericalHarmonicFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics", "SufficientStatistics",
+    "RandomFourierFeatures", "SphericalHarmonicFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics",
+    "SufficientStatistics",
     # q families
     "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
     # approximations

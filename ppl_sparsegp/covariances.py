@@ -123,7 +123,8 @@ The cross-covariance :math:`K_{uf} = \operatorname{cov}(\mathbf u, f(X))`.
 :param X: inputs (N, D), or a :class:`~ppl_sparsegp.Grid`.
 :returns: an (M, N) array.
 :raises NotImplementedError: when no family registered this (feature, kernel) pair.""")
-conditional = FeatureDispatcher("conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, whiten=False, Kmm=None, key=None)
+conditional = FeatureDispatcher(
+    "conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, whiten=False, Kmm=None, key=None)
 
 The marginals of :math:`q(f(X))` for :math:`q(\mathbf u) = \mathcal N(\mathbf m, S)` (or of
 :math:`p(f \mid \mathbf u = \mathbf m)` when ``q_cov`` is None):

@@ -434,7 +434,8 @@ def _own_model(model, samples, model_args):
     if len(set(counts.values())) > 1 or 0 in counts.values():
         raise ValueError(f"save_fit: samples needs the same number of draws (≥ 1) on every site, got {counts}")
     if model_args is not None and not isinstance(model_args, Mapping):
-        raise TypeError(f"save_fit: model_args must be a dict {{argument name: value}}, got {type(model_args).__name__}")
+        raise TypeError(f"save_fit: model_args must be a dict {{argument name: value}}, "
+                        f"got {type(model_args).__name__}")
     return samples, dict(model_args or {})
 
 

@@ -110,7 +110,8 @@ CASES = [
      ValueError, ["lengthscale", "positive", "HalfNormal"]),
     ("spectral_gp/Normal variance prior", gp("f", VFF, psg.Matern32(dist.Normal(1.0, 1.0), 0.3), x),
      ValueError, ["variance", "positive"]),
-    ("spectral_gp/sampled period on its box", gp("f", PERIODIC_BOX, psg.Periodic(1.0, 0.5, dist.LogNormal(0.0, 0.1)), x),
+    ("spectral_gp/sampled period on its box",
+     gp("f", PERIODIC_BOX, psg.Periodic(1.0, 0.5, dist.LogNormal(0.0, 0.1)), x),
      ValueError, ["period", "fixed", "1"]),
     ("spectral_gp/2-D lengthscale prior, 1-D features",
      gp("f", VFF, psg.Matern32(1.0, dist.LogNormal(jnp.zeros(2), 0.3)), x), ValueError, ["lengthscale", "input"]),
@@ -119,13 +120,15 @@ CASES = [
      ValueError, ["f_kernel_lengthscale", "positive"]),
     ("spectral_gp/two calls with one name", twice(lambda: psg.spectral_gp("f", VFF, K, x)),
      ValueError, ["name", "'f'"]),
-    ("spectral_gp/template sampled per output in a plate", in_plate(3, lambda: psg.spectral_gp("f", VFF, LOGNORMAL_ELL, x)),
+    ("spectral_gp/template sampled per output in a plate",
+     in_plate(3, lambda: psg.spectral_gp("f", VFF, LOGNORMAL_ELL, x)),
      ValueError, ["plate", "batched_kernel"]),
     ("spectral_gp/outside a model", lambda: psg.spectral_gp("f", VFF, K, x), ValueError, ["seed"]),
     # --- marginal_spectral_gp -------------------------------------------------------------------
     ("marginal/y (N,) in a plate of 3", in_plate(3, lambda: psg.marginal_spectral_gp("y", (VFF, K), x, y, 0.1)),
      ValueError, ["y", "plate", "broadcast_to"]),
-    ("marginal/noise array of the wrong shape", mgp("y", (VFF, K), x, y, jnp.full(5, 0.1)), ValueError, ["noise", "shape"]),
+    ("marginal/noise array of the wrong shape", mgp("y", (VFF, K), x, y, jnp.full(5, 0.1)),
+     ValueError, ["noise", "shape"]),
     ("marginal/Normal noise prior", mgp("y", (VFF, K), x, y, dist.Normal(0.1, 1.0)),
      ValueError, ["noise", "positive", "Gamma"]),
     ("marginal/Normal lengthscale prior", mgp("y", (VFF, psg.Matern52(1.0, dist.Normal(0.5, 1.0))), x, y, 0.1),
@@ -143,9 +146,11 @@ CASES = [
      in_plate(2, lambda: psg.marginal_spectral_gp("y", (VFF, LOGNORMAL_ELL), x, np.stack([y, y]), 0.1)),
      ValueError, ["plate", "shared", "outside"]),
     ("marginal/2-D lengthscale prior, 1-D features",
-     mgp("y", (VFF, psg.Matern32(1.0, dist.LogNormal(jnp.zeros(2), 0.3))), x, y, 0.1), ValueError, ["lengthscale", "input"]),
+     mgp("y", (VFF, psg.Matern32(1.0, dist.LogNormal(jnp.zeros(2), 0.3))), x, y, 0.1),
+     ValueError, ["lengthscale", "input"]),
     ("marginal/sampled period on its box",
-     mgp("y", (PERIODIC_BOX, psg.Periodic(1.0, 0.5, dist.LogNormal(0.0, 0.1))), x, y, 0.1), ValueError, ["period", "fixed"]),
+     mgp("y", (PERIODIC_BOX, psg.Periodic(1.0, 0.5, dist.LogNormal(0.0, 0.1))), x, y, 0.1),
+     ValueError, ["period", "fixed"]),
     ("marginal/y of the wrong length", mgp("y", (VFF, K), x, y[:5], 0.1), ValueError, ["y", "20"]),
     # --- MarginalGaussian -----------------------------------------------------------------------
     ("MarginalGaussian/no parts", lambda: MarginalGaussian([], 0.01), ValueError, ["parts", "marginal_spectral_gp"]),
@@ -179,7 +184,8 @@ CASES = [
      ["X", "column", "2"]),
     ("spherical_statistics/zero rows", lambda: spherical_statistics(*_spherical(), np.zeros((0, 2)), np.zeros(0)),
      ValueError, ["X", "rows"]),
-    ("spherical_statistics/y of the wrong length", lambda: spherical_statistics(*_spherical(), np.ones((4, 2)), np.ones(3)),
+    ("spherical_statistics/y of the wrong length",
+     lambda: spherical_statistics(*_spherical(), np.ones((4, 2)), np.ones(3)),
      ValueError, ["y", "4"]),
     # --- templates ------------------------------------------------------------------------------
     ("CollapsedGP/Normal lengthscale prior", lambda: psg.CollapsedGP(VFF, psg.Matern52(1.0, dist.Normal(0.5, 1.0))),
@@ -285,7 +291,8 @@ def test_periodic_features_extend_periodically_outside_their_box_without_a_warni
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", OutsideDomainWarning)
-        draws = numpyro.infer.Predictive(model, num_samples=3000)(jax.random.PRNGKey(2), np.concatenate([inside, x_new]))
+        draws = numpyro.infer.Predictive(model, num_samples=3000)(jax.random.PRNGKey(2),
+                                                                  np.concatenate([inside, x_new]))
     g = np.asarray(draws["g_new"])
     for shift in (1, 2):  # -1, +1 period: the same values as inside the box (same draw of the weights)
         np.testing.assert_allclose(g[:, 3 * shift:3 * shift + 3], g[:, :3], rtol=1e-9, atol=1e-10)

@@ -28,8 +28,10 @@ def test_store_resume_and_merge(tmp_path):
     assert resumed.get("a", 1) == {"dataset": "a", "split": 1, "rmse": 2.0}
 
     elsewhere = tmp_path / "other.jsonl"  # a store of a parallel process
-    harness.Store(elsewhere, ["dataset", "split"], settings={"steps": 10}).add({"dataset": "b", "split": 0, "rmse": 3.0})
-    harness.Store(elsewhere, ["dataset", "split"], settings={"steps": 10}).add({"dataset": "a", "split": 1, "rmse": 9.0})
+    harness.Store(elsewhere, ["dataset", "split"],
+                  settings={"steps": 10}).add({"dataset": "b", "split": 0, "rmse": 3.0})
+    harness.Store(elsewhere, ["dataset", "split"],
+                  settings={"steps": 10}).add({"dataset": "a", "split": 1, "rmse": 9.0})
     merged = harness.Store(path, ["dataset", "split"], settings={"steps": 10}, merge=[elsewhere])
     assert merged.done("b", 0)  # --merge implies --resume
     assert {(r["dataset"], r["split"]): r["rmse"] for r in merged.rows} == {("a", 0): 1.5, ("a", 1): 9.0,

@@ -27,7 +27,8 @@ SIGMA = 0.15
 
 def model(y, x_new=None, exact=True, m=12, harmonics=5):
     H_new = None if x_new is None else np.stack([np.ones(len(x_new)), x_new], 1)
-    gps = {"trend": (FourierFeatures(-1.0, 4.0, m), TREND_K), "season": (FourierFeatures(0.0, 1.0, harmonics), SEASON_K)}
+    gps = {"trend": (FourierFeatures(-1.0, 4.0, m), TREND_K),
+           "season": (FourierFeatures(0.0, 1.0, harmonics), SEASON_K)}
     return psg.marginal_spectral_gp("y", gps, x, y, SIGMA, mean_basis=H, mean_prior=dist.Normal(BETA_LOC, BETA_SD),
                                     X_new=x_new, mean_basis_new=H_new, exact=exact)
 

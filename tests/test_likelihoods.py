@@ -173,7 +173,8 @@ def test_log_prob_is_the_distribution_log_prob_and_stable_in_tails():
         lp = _jit(probit.log_prob)(jnp.full(5, label), f)
         np.testing.assert_allclose(lp, special.log_ndtr((2 * label - 1) * np.asarray(f)), rtol=1e-10,
                                    atol=1e-15)
-    np.testing.assert_allclose(_jit(lambda f: probit.dist(f).mean)(f), special.ndtr(np.asarray(f)), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(_jit(lambda f: probit.dist(f).mean)(f), special.ndtr(np.asarray(f)),
+                               rtol=1e-12, atol=1e-300)
     # Poisson rate underflow does not give -inf
     assert np.isfinite(Poisson().log_prob(3.0, -800.0))
 

@@ -79,7 +79,8 @@ def cases():
         # 2x2 blocks: the 3-column right-hand sides take the inverse-factor path, vectors the solve path
         "stacked": StackedBlockDiag(np.stack([g.spd(2) for _ in range(4)])),
         # like VFF's Matérn-3/2 Kuu: one column on rows 0-2, the other on rows 4-6, row 3 zero (diagonal capacitance)
-        "dplr_disjoint": DiagPlusLowRank(g.positive(7), g.normal(7, 2) * np.array([[1, 0]] * 3 + [[0, 0]] + [[0, 1]] * 3),
+        "dplr_disjoint": DiagPlusLowRank(g.positive(7),
+                                         g.normal(7, 2) * np.array([[1, 0]] * 3 + [[0, 0]] + [[0, 1]] * 3),
                                          disjoint=True),
         # VFF's 2-D Kuu and a block of them: square disjoint roots inside the structures
         "kron_disjoint": Kronecker((DiagPlusLowRank(g.positive(3), g.normal(3, 2) * np.array([[1, 0], [1, 0], [0, 1]]),
@@ -322,7 +323,8 @@ def test_stacked_block_diag_against_dense():
     b = rng.normal(size=T * m)
     np.testing.assert_allclose(float(op.inv_quad(b)), b @ np.linalg.solve(Kd, b), rtol=1e-9)
     S = StackedBlockDiag.from_cholesky(_random_blocks(12, T, m))
-    np.testing.assert_allclose(float(op.trace_solve(S)), np.trace(np.linalg.solve(Kd, np.asarray(S.to_dense()))), rtol=1e-9)
+    np.testing.assert_allclose(float(op.trace_solve(S)), np.trace(np.linalg.solve(Kd, np.asarray(S.to_dense()))),
+                               rtol=1e-9)
     blocks = BlockDiag(tuple(Dense(K[t], jitter=1e-3) for t in range(T)))  # the same matrix, block by block
     np.testing.assert_allclose(float(blocks.trace_solve(S)), float(op.trace_solve(S)), rtol=1e-12)
     assert all(isinstance(bl, Dense) for bl in op.blocks) and op.block_sizes == (m,) * T

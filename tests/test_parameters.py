@@ -146,8 +146,8 @@ def test_a_param_on_a_positive_field_is_positive_by_default_and_a_real_constrain
 
 
 def test_debug_checks_find_a_traced_negative_lengthscale_and_nan_inputs_under_jit_vmap_and_grad():
-    """By default a traced bad value passes silently (a wrong number or NaN out); with ``debug_checks`` the same check as
-    for concrete values runs when the program runs and raises the message naming the argument."""
+    """By default a traced bad value passes silently (a wrong number or NaN out); with ``debug_checks`` the same check
+    as for concrete values runs when the program runs and raises the message naming the argument."""
     import jax
     import jax.numpy as jnp
 
@@ -170,7 +170,8 @@ def test_debug_checks_find_a_traced_negative_lengthscale_and_nan_inputs_under_ji
             jax.block_until_ready(jax.jit(lambda X: total(0.2, X))(bad_X))
         with pytest.raises(Exception, match="is not positive definite .Cholesky failed.; pass a larger jitter"):
             jax.block_until_ready(jax.jit(lambda m: psg.linalg.Dense(m).chol)(jnp.array([[1.0, 2.0], [2.0, 1.0]])))
-        with pytest.raises(Exception, match="y: counts must be non-negative integers"):  # a likelihood's own check, traced
+        # a likelihood's own check, traced
+        with pytest.raises(Exception, match="y: counts must be non-negative integers"):
             jax.block_until_ready(jax.jit(lambda y: psg.Poisson().validate(y))(jnp.array([1.0, -2.0])))
         np.testing.assert_allclose(jax.jit(total)(0.2), total(0.2))  # good values pass
     assert not psg.parameters._DEBUG["on"]  # the context restores the default

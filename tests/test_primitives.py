@@ -208,7 +208,8 @@ def test_outputs_in_a_plate_share_one_basis_and_equal_single_output_gps():
 
 def test_spectral_gp_refuses_inputs_outside_a_features_domain_and_a_bad_kernel():
     with pytest.raises(NotImplementedError, match="supported kernels"):
-        handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.SquaredExponential(), np.zeros(3)), 0)()
+        handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.SquaredExponential(),
+                                              np.zeros(3)), 0)()
     with pytest.raises(ValueError, match="X_new"):
         handlers.seed(lambda: psg.spectral_gp("f", psg.FourierFeatures(0, 1, 5), psg.Matern32(), np.zeros(3),
                                               X_new=np.zeros((3, 2))), 0)()

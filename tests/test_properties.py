@@ -603,8 +603,9 @@ def test_bound_below_exact_and_residual_psd_every_family(family, dtype):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="float32: the collapsed bound of Kronecker inducing points exceeds the "
-                   "exact value at long lengthscales (each factor carries the jitter ε, so cond(Kuu) ~ 1/ε²)")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="float32: the collapsed bound of Kronecker inducing "
+                   "points exceeds the exact value at long lengthscales (each factor carries the jitter ε, "
+                   "so cond(Kuu) ~ 1/ε²)")
 def test_float32_kronecker_inducing_points_long_lengthscale():
     """(b) in float32 for Kronecker inducing points at ℓ = 10 (20 times the data range), M = 8 × 8, σ_f² = 10,
     σ² = 1e-2: cond(Kuu) ~ 5e11 with float32's jitter 1e-5 per factor, and the float32 bound is

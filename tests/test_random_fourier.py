@@ -154,7 +154,8 @@ def test_generic_conditional_gives_the_weight_space_posterior():
     y = jnp.cos(5 * X[:, 0])
     W = np.random.default_rng(4).standard_t(5.0, size=(7, 1))
     feat, noise = RandomFourierFeatures(W), 0.02
-    m_v, S_v = optimal_whitened_q(psg.Kuu(feat, kernel), SufficientStatistics.from_kuf(psg.Kuf(feat, kernel, X), y), noise)
+    m_v, S_v = optimal_whitened_q(psg.Kuu(feat, kernel), SufficientStatistics.from_kuf(psg.Kuf(feat, kernel, X), y),
+                                  noise)
     mean, var = psg.conditional(feat, kernel, Xs, m_v, S_v, whiten=True)
     # Bayesian linear regression on φ with w ~ N(0, σ²I): A = ΦΦᵀ + (noise/σ²) I
     P, Ps = np.asarray(feat.features(X, 0.4)), np.asarray(feat.features(Xs, 0.4))

@@ -35,7 +35,8 @@ Per row: each hyperparameter's posterior mean ± sd and its distance to the exac
 (the fit's wall less its compilation, which is reported apart; the JSON also keeps ESS per wall second)
 and the verdicts of the residual check (``adequacy``) and the refinement
 check (``refinement_check``: importance weights under the refined features, and a 100 + 100
-warm-started refit where they cannot decide: the latent models, k̂ > 0.7). Also the collapsed model's ms per gradient at N = 500 and at
+warm-started refit where they cannot decide: the latent models, k̂ > 0.7).
+Also the collapsed model's ms per gradient at N = 500 and at
 N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
 """
 from __future__ import annotations
@@ -110,9 +111,9 @@ def features(t, setting, size_rule="advised"):
 
 def models(t, H, setting, y=None):
     """name -> NumPyro model(t, y) of the module docstring (with y: also the pilot's model, its features
-    from ``choose_features`` started at ``from_data``'s default rule; its record in the model function's ``record`` attribute)."""
+    from ``choose_features`` started at ``from_data``'s default rule; its record in the model function's
+    ``record`` attribute)."""
     import jax.numpy as jnp
-    import numpy as np
     import numpyro
     import numpyro.distributions as dist
 

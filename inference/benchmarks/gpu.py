@@ -216,8 +216,6 @@ def gpytorch_svgp(X, y, Z, lengthscale, *, steps: int, lr: float = LR, batch_siz
 
 def svgp_part(sizes, args, progress=None):
     """The library's SVGP against GPyTorch's at each M: ms per step, compile/first step."""
-    import numpy as np
-
     from inference.benchmarks import hkd_uci
     from models import uci_hkd
 
@@ -232,7 +230,8 @@ def svgp_part(sizes, args, progress=None):
         rows.append({"M": M, "kmeans_s": km.wall, "library": library, "gpytorch": theirs,
                      "gpytorch_over_library": (theirs["ms_per_iter_wall"] / library["ms_per_iter_wall"]
                                                if "ms_per_iter_wall" in theirs else None)})
-        print(f"  svgp M={M}: library {library['ms_per_iter_wall']:.3f} ms/step (compile {library['compile_s']:.1f} s), "
+        print(f"  svgp M={M}: library {library['ms_per_iter_wall']:.3f} ms/step "
+              f"(compile {library['compile_s']:.1f} s), "
               f"GPyTorch {theirs.get('ms_per_iter_wall', float('nan')):.3f} ms/step", flush=True)
     return {"dataset": "protein-tertiary-structure", "data_source": source, "N": int(len(X)), "D": int(X.shape[1]),
             "steps": sizes["svgp_steps"], "batch_size": BATCH, "dtype": "float64", "rows": rows,
@@ -265,7 +264,8 @@ def pines_part(sizes, args, progress=None):
                        f"{feature.b:.3f}], residual={pines.RESIDUAL}", "chain_method": "vectorized",
               "rows": rows, "cpu_reference": None if cpu is None else {
                   "row": "results/pines.json main job (2 chains x (500 + 500) one after another, one CPU core)",
-                  "ms_per_gradient": cpu["ms_per_gradient"], "min_bulk_ess_per_s_incl_compile": cpu["min_bulk_ess_per_s"]}}
+                  "ms_per_gradient": cpu["ms_per_gradient"],
+                  "min_bulk_ess_per_s_incl_compile": cpu["min_bulk_ess_per_s"]}}
     for dtype in ("float32", "float64"):
         with _x64(dtype == "float64"):
             spec = pines.build(SimpleNamespace(grid=pines.GRID, num_frequencies=sizes["pines_num_frequencies"]))
@@ -319,7 +319,8 @@ def airline_part(sizes, args, progress=None):
            "optimise_s": opt.wall, "optimise_compile_s": info["compile_s"], "lbfgs_iterations": info["iterations"],
            "lbfgs_evaluations": info["evaluations"],
            "ms_per_lbfgs_evaluation": 1e3 * (opt.wall - info["compile_s"]) / max(1, info["evaluations"] - 1),
-           "noise_variance": float(values["likelihood_variance"]), "predict_s": pr.wall, "predict_compile_s": pr.compile,
+           "noise_variance": float(values["likelihood_variance"]), "predict_s": pr.wall,
+           "predict_compile_s": pr.compile,
            **metrics, "oracle_mse": float(((data["y_test"] - f_test) ** 2).mean())}
     row["fit_s"] = row["stats_dense_s"] + row["optimise_s"]
     cpu = next((r for r in cpu_json.get("rows", []) if r["n_train"] == row["n_train"]), None)
@@ -367,7 +368,8 @@ def float32_part(sizes, args, progress=None):
                 if progress is not None:  # a stop at the command's limit keeps the rows done (gpu.json, partial)
                     progress({"n": settings.n, "noise": settings.noise, "seed": settings.seed, "rows": rows})
                 print(f"  float32 {family} {label} M={M}: bound {row.get('bound_err', math.inf):.1e}, ELBO "
-                      f"{row.get('elbo_err', math.inf):.1e}, holds {row['ok_collapsed']}/{row['ok_sparse']}", flush=True)
+                      f"{row.get('elbo_err', math.inf):.1e}, holds {row['ok_collapsed']}/{row['ok_sparse']}",
+                      flush=True)
     return {"n": settings.n, "noise": settings.noise, "seed": settings.seed,
             "matmul_precision": str(jax.config.jax_default_matmul_precision), "rows": rows}
 
@@ -408,7 +410,8 @@ def headline(parts: dict) -> dict:
         finite = [r for r in rows if r.get("finite32")]
         out["float32"] = {"rows": len(rows), "collapsed_holds": sum(r["ok_collapsed"] for r in rows),
                           "sparse_holds": sum(r["ok_sparse"] for r in rows),
-                          "same_verdict_as_cpu": sum(r["cpu"] is not None and r["ok_collapsed"] == r["cpu"]["ok_collapsed"]
+                          "same_verdict_as_cpu": sum(r["cpu"] is not None
+                                                     and r["ok_collapsed"] == r["cpu"]["ok_collapsed"]
                                                      and r["ok_sparse"] == r["cpu"]["ok_sparse"] for r in rows),
                           "with_cpu_row": sum(r["cpu"] is not None for r in rows),
                           "max_bound_err": max((r["bound_err"] for r in finite), default=None),

@@ -183,7 +183,8 @@ def summarise(rows, methods, key="ms_per_iter_cpu"):
                    if r["split"] in ref and r["split"] in sub]
             agg["time_ratio_without_subsampling"] = ((float(np.mean(net)), float(np.std(net))) if net
                                                      else (float("nan"), 0.0))
-            agg["compile_s"] = (float(np.mean([r["compile_s"] for r in rs])), float(np.std([r["compile_s"] for r in rs])))
+            agg["compile_s"] = (float(np.mean([r["compile_s"] for r in rs])),
+                                float(np.std([r["compile_s"] for r in rs])))
             agg["subsample_ms"] = float(np.mean([sub[r["split"]] for r in rs if r["split"] in sub])) if sub else None
             agg["splits"] = len(rs)
             summary.setdefault(ds, {})[method] = agg
@@ -239,8 +240,9 @@ def main(argv=None):
           f"splits {splits}; {'core ' + str(core) if core is not None else 'all cores'})\n")
     fmt2 = harness.pm(2)
     print(harness.table([dict(zip(("dataset", "method", "M"), t[:3]), **t[3]) for t in table], [
-        ("data set", "dataset", ""), ("method", "method", ""), ("M total", "M", "d"), ("test RMSE", "rmse", harness.pm(4)),
-        ("test NLPD", "nlpd", harness.pm(3)), ("ms / iter (CPU)", "ms_per_iter_cpu", fmt2), ("× SVGP-m", "time_ratio", fmt2),
+        ("data set", "dataset", ""), ("method", "method", ""), ("M total", "M", "d"),
+        ("test RMSE", "rmse", harness.pm(4)), ("test NLPD", "nlpd", harness.pm(3)),
+        ("ms / iter (CPU)", "ms_per_iter_cpu", fmt2), ("× SVGP-m", "time_ratio", fmt2),
         ("× SVGP-m without subsampling", "time_ratio_without_subsampling", fmt2),
         ("compile (s)", "compile_s", harness.pm(1))]))
     checks = [t for t in (targets(summary, "HVGP 8xm"), targets(summary, "HVGP 8xm shared")) if t]

@@ -180,8 +180,10 @@ COLUMNS = [("model", "name", ""), ("basis", "basis", "d"), ("min bulk ESS / CPU 
            ("min bulk ESS / sampling CPU s", "min_bulk_ess_per_sampling_cpu_s", ".1f"),
            ("gradient compile s", "compile_s", ".2f"), ("ms/gradient", "ms_per_gradient", ".3f"),
            ("leapfrog/draw", "leapfrog_per_draw", ".0f"), ("max R-hat", "max_rhat", ".3f")] + [
-    (label, lambda r, k=k: r["posterior"][k]["mean"], ".3f") for label, k in zip(("ℓ", "σ²", "c"), HYPER)] + [
-    ("max distance (sd)", "max_sd_distance", ".2f"), ("intensity max distance (sd)", "intensity_max_sd_distance", ".2f")]
+    (label, lambda r, k=k: r["posterior"][k]["mean"], ".3f")
+    for label, k in zip(("ℓ", "σ²", "c"), HYPER)] + [
+    ("max distance (sd)", "max_sd_distance", ".2f"),
+    ("intensity max distance (sd)", "intensity_max_sd_distance", ".2f")]
 
 
 def _fit_in_fresh_process(args, name, basis, seed):
@@ -233,8 +235,9 @@ def summarise(name, basis, fits):
                 "bulk_ess": float(np.median([f["posterior"][k]["bulk_ess"] for f in fits])),
                 "rhat": float(np.max([f["posterior"][k]["rhat"] for f in fits]))} for k in HYPER}
     return {"name": name, "basis": basis, "seeds": len(fits),
-            **{k: med(k) for k in ("min_bulk_ess_per_cpu_s", "min_bulk_ess_per_sampling_cpu_s", "cpu_s", "fit_compile_s",
-                                   "min_bulk_ess", "compile_s", "ms_per_gradient", "leapfrog_per_draw")},
+            **{k: med(k) for k in ("min_bulk_ess_per_cpu_s", "min_bulk_ess_per_sampling_cpu_s", "cpu_s",
+                                   "fit_compile_s", "min_bulk_ess", "compile_s", "ms_per_gradient",
+                                   "leapfrog_per_draw")},
             "min_bulk_ess_per_cpu_s_per_seed": [f["min_bulk_ess_per_cpu_s"] for f in fits],
             "max_rhat": max(f["max_rhat"] for f in fits), "divergences": sum(f["divergences"] for f in fits),
             "posterior": post, "intensity_mean": np.mean([f["intensity_mean"] for f in fits], 0).tolist(),

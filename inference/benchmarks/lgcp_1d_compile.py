@@ -38,8 +38,10 @@ def layout_model(feature, x, correction=True):
     w = np.asarray(feature.omegas())
     half = 0.5 * (feature.b - feature.a)
     omega = np.stack([w, np.append(w[1:], 0.0)])                    # each slot's frequency
-    cfac = np.ones((2, M)); cfac[0, 0] = 2.0                        # d_0 = (b − a)/s(0): twice the others
-    kappa = 2.0 / np.sqrt(half * cfac); kappa[1, -1] = 0.0          # the padding slot carries nothing
+    cfac = np.ones((2, M))
+    cfac[0, 0] = 2.0                                                # d_0 = (b − a)/s(0): twice the others
+    kappa = 2.0 / np.sqrt(half * cfac)
+    kappa[1, -1] = 0.0                                              # the padding slot carries nothing
     sin_omega = np.stack([np.zeros(M), np.append(w[1:], 0.0)])
     cos = np.stack([np.ones(M), np.zeros(M)])
     phi = np.asarray(feature.basis(jnp.asarray(x)))  # Kuf inside the box: a constant of the program
@@ -72,7 +74,8 @@ def f_at(model, x, y, values):
     import numpy as np
     from numpyro import handlers
 
-    return np.asarray(handlers.trace(handlers.substitute(handlers.seed(model, 0), values)).get_trace(x, y)["f"]["value"])
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), values)).get_trace(x, y)
+    return np.asarray(tr["f"]["value"])
 
 
 def check_layout(feature, x, y, tol=1e-8):
@@ -122,7 +125,8 @@ def main(argv=None):
     for n in basis:
         feature = FourierFeatures(box.a, box.b, (n + 1) // 2)
         err = check_layout(feature, x, y)
-        models = {name: model for name, model in lgcp_1d._models(x, y, n, L, box).items()  # HSGP, VFF as lgcp_1d fits them
+        # HSGP, VFF as lgcp_1d fits them
+        models = {name: model for name, model in lgcp_1d._models(x, y, n, L, box).items()
                   if not name.startswith("VFF square")}
         models.update({"VFF, (2, M) layout": layout_model(feature, x),
                        "VFF, (2, M) layout, no correction (another prior)": layout_model(feature, x, correction=False)})
@@ -138,7 +142,8 @@ def main(argv=None):
         print(f"basis {n}: layout model = library f to {err:.1e} (relative)", flush=True)
     out = sorted((r for r in store.rows if r["basis"] in basis), key=lambda r: r["basis"])
     hsgp = {r["basis"]: r["compile_s"] for r in out if r["name"].startswith("HSGP")}
-    print(harness.table(out, [("model", "name", ""), ("basis", "basis", "d"), ("compile s (median)", "compile_s", ".3f"),
+    print(harness.table(out, [("model", "name", ""), ("basis", "basis", "d"),
+                              ("compile s (median)", "compile_s", ".3f"),
                               ("range", lambda r: f"{r['compile_s_range'][0]:.3f}–{r['compile_s_range'][1]:.3f}", ""),
                               ("/ HSGP", lambda r: r["compile_s"] / hsgp[r["basis"]], ".2f"),
                               ("XLA fusions", "fusions", "d")]))

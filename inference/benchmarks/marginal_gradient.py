@@ -136,7 +136,8 @@ def main(argv=None):
         args.sizes, args.ns, args.rounds, args.repeats = [50, 100], [500], 2, 10
     machine = harness.setup(args, one_thread=args.cpu != "all")
     cores = len(machine["cores"]) if machine["pinned_core"] is None and machine["cores"] else 1
-    store = harness.Store(args.out, ["cores", "n", "m_prime"], settings={"rounds": args.rounds, "repeats": args.repeats})
+    store = harness.Store(args.out, ["cores", "n", "m_prime"],
+                          settings={"rounds": args.rounds, "repeats": args.repeats})
     for n in args.ns:
         for size in args.sizes:
             print(f"cores {cores}, N = {n}, M' = {size} ...", flush=True)

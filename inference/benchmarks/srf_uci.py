@@ -201,7 +201,8 @@ def markdown(summary):
     paper = {k: (lambda r, k=k: PAPER[k][r["method"]][r["dataset"]]) for k in ("rmse", "nlpd_joint")}
     return harness.table(rows, [
         ("data set", "dataset", ""), ("method", "method", ""), ("splits", "splits", "d"),
-        ("RMSE (ours)", "rmse", harness.pm(3, always=True)), ("RMSE (paper)", paper["rmse"], harness.pm(2, always=True)),
+        ("RMSE (ours)", "rmse", harness.pm(3, always=True)),
+        ("RMSE (paper)", paper["rmse"], harness.pm(2, always=True)),
         ("NLPD/point", "nlpd_point", harness.pm(3, always=True)),
         ("NLPD joint (ours)", "nlpd_joint", harness.pm(1, always=True)),
         ("NLPD joint (paper)", paper["nlpd_joint"], harness.pm(1, always=True)),

@@ -59,7 +59,8 @@ def main(argv=None):
     rows = sorted((r for r in store.rows if r["M"] in Ms), key=lambda r: r["M"])
     print(harness.table(rows, [
         ("frequencies M", "M", "d"), ("features 2M-1", "features", "d"),
-        ("VFF ms/grad", lambda r: 1e3 * r["vff_s"], ".2f"), ("inducing points ms/grad", lambda r: 1e3 * r["ip_s"], ".2f"),
+        ("VFF ms/grad", lambda r: 1e3 * r["vff_s"], ".2f"),
+        ("inducing points ms/grad", lambda r: 1e3 * r["ip_s"], ".2f"),
         ("IP / VFF", lambda r: r["ip_s"] / r["vff_s"], ".1f"),
         ("compile s VFF / IP", lambda r: f"{r['vff_compile_s']:.1f} / {r['ip_compile_s']:.1f}", "")]))
     # growth per doubling of M at the largest sizes: ≈2 means linear, ≈4 quadratic

@@ -111,7 +111,8 @@ COLUMNS = [
     ("compile s (L-BFGS objective)", "optimise_compile_s", ".1f"), ("predict s", "predict_s", ".1f"),
     ("whole fit s (cpu)", lambda r: f"{r['whole_fit_s']:.1f} ({r['whole_fit_cpu_s']:.1f})", ""),
     ("test MSE", "test_mse", ".3f"), ("oracle MSE", "oracle_mse", ".3f"), ("NLPD", "test_nlpd", ".3f"),
-    ("peak RSS GB", "peak_rss_gb", ".2f"), ("load 1-min", lambda r: f"{r['load_before']:.1f}→{r['load_after']:.1f}", "")]
+    ("peak RSS GB", "peak_rss_gb", ".2f"),
+    ("load 1-min", lambda r: f"{r['load_before']:.1f}→{r['load_after']:.1f}", "")]
 
 
 def slope(rows, key):

@@ -178,7 +178,8 @@ def main(argv=None):
         print(f"\n### {family}: exact log marginal likelihood − ELBO "
               f"(nats; optimal q, {param[family]} optimised)\n")
         columns = [("M", lambda M: M, "d")] + [
-            (f"{d} {q}", lambda M, d=d, q=q: row(d, family, M)[f"gap_{q}"], ".4g") for d in dists for q in ("dense", "diag")]
+            (f"{d} {q}", lambda M, d=d, q=q: row(d, family, M)[f"gap_{q}"], ".4g")
+            for d in dists for q in ("dense", "diag")]
         print(harness.table(Ms, columns))
         print(f"\n{param[family]} at the optimum (dense / diag), largest M: " + "; ".join(
             f"{d} {r['theta_dense']:.3g} / {r['theta_diag']:.3g}" for d in dists for r in [row(d, family, Ms[-1])]))
@@ -201,7 +202,8 @@ def main(argv=None):
                            "closed_form_gap": ref["gap_dense"] if q_cov == "full" else ref["gap_diag"]})
     svi_rows = [r for r in store.rows if r["table"] == "svi"]
     if svi_rows:
-        print("\n" + harness.table(svi_rows, [("inputs", "inputs", ""), ("q(u)", "q_cov", ""), ("SVI gap", "gap", ".4g"),
+        print("\n" + harness.table(svi_rows, [("inputs", "inputs", ""), ("q(u)", "q_cov", ""),
+                                              ("SVI gap", "gap", ".4g"),
                                               ("closed-form gap", "closed_form_gap", ".4g"), ("band", "band", ".3g"),
                                               ("fit s (incl. compile)", "seconds", ".1f")]))
     total = time.perf_counter() - t_start

@@ -24,6 +24,7 @@ from .spherical_fit import SphericalFit, fit_spherical
 from .variational import block_diagonal_covariance, diagonal_covariance, full_covariance, two_kronecker_covariance
 
 __all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
-           "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "MarginalGaussian", "choose_features",
+           "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide",
+           "marginal_spectral_gp", "MarginalGaussian", "choose_features",
            "fit_spherical", "SphericalFit",
            "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance"]

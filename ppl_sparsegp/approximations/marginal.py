@@ -12,7 +12,8 @@ noise with every inducing variable (and an optional parametric mean's weights) i
     f_j &= K^{(j)}_{fu}K^{(j)-1}_{uu}\mathbf u_j,\quad \mathbf u_j = R_j\mathbf v_j,\quad
     \mathbf v_j\sim\mathcal N(0, I),
 
-so that with :math:`Z = [W_1^\top \cdots W_J^\top\ HL_\beta]` (N × M'), :math:`W_j = R_j^\top K_{uu}^{(j)-1}K^{(j)}_{uf}`,
+so that with :math:`Z = [W_1^\top \cdots W_J^\top\ HL_\beta]` (N × M'),
+:math:`W_j = R_j^\top K_{uu}^{(j)-1}K^{(j)}_{uf}`,
 
 .. math::
 
@@ -382,7 +383,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
         (``numpyro.infer.Predictive`` or ``handlers.seed``) and y.
     :param mean_basis_new: H at X_new (N_new, P); required when there is a mean and X_new.
     :param exact: the exact GP instead (the user's reference): the same sites with the dense covariance
-        :math:`\sum_j K^{(j)}_{ff} + HBH^\top + \sigma^2 I` (:class:`~ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian`),
+        :math:`\sum_j K^{(j)}_{ff} + HBH^\top + \sigma^2 I`
+        (:class:`~ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian`),
         O(N³) per gradient (N up to a few thousand: run it on a subsample); the features are ignored (a
         pair may be ``(None, kernel)``) and the draws at ``X_new`` come from the exact conditional.
     :returns: None, or with ``X_new`` a dict ``{gp name: f_new, name: the sum}`` of arrays (..., N_new).

@@ -41,8 +41,8 @@ which is the optimal q(u) of the collapsed bound: the library's
 :meth:`SufficientStatistics.from_kuf <ppl_sparsegp.covariances.SufficientStatistics.from_kuf>`, through
 :func:`~ppl_sparsegp.conditionals.conditional`; mixed with equal weights:
 :math:`\mu_* = \bar\mu`, :math:`\sigma^2_* = \overline{\sigma^2_m} + \overline{(\mu_m-\mu_*)^2}`.
-:func:`~ppl_sparsegp.diagnostics.mixture_metrics` reports the NLPD per test point (mixture density, averaged) and the paper's
-joint mixture :math:`-\log\frac1M\sum_m\prod_i\mathcal N(y_i\mid\mu_{mi}, \sigma^2_{mi})`.
+:func:`~ppl_sparsegp.diagnostics.mixture_metrics` reports the NLPD per test point (mixture density, averaged)
+and the paper's joint mixture :math:`-\log\frac1M\sum_m\prod_i\mathcal N(y_i\mid\mu_{mi}, \sigma^2_{mi})`.
 
 References:
     1. Lázaro-Gredilla, Quiñonero-Candela, Rasmussen, Figueiras-Vidal (2010), Sparse spectrum Gaussian

@@ -43,15 +43,16 @@ References:
 from __future__ import annotations
 
 from .adequacy import add_adequacy, adequacy
-from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, from_svi
+from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, from_svi  # noqa: F401  (re-exported)
 from .metrics import categorical_nlpd, mixture_metrics, mixture_nlpd, nlpd, rmse
 from .particles import stein_diagnostics, stein_inference_data
 from .plots import plot_fit_1d, plot_spectral_density, plot_trace
-from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params
+from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params  # noqa: F401  (re-exported)
 from .refinement import refinement_check
 from .summaries import load, save, summary
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "posterior_samples",
            "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
-           "adequacy", "add_adequacy", "refinement_check", "rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
+           "adequacy", "add_adequacy", "refinement_check", "rmse", "nlpd",
+           "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
            "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]

@@ -8,7 +8,7 @@ import warnings
 
 with warnings.catch_warnings():  # arviz 0.2x announces its 1.0 refactor on import
     warnings.simplefilter("ignore", FutureWarning)
-    import arviz as az
+    import arviz as az  # noqa: F401  (re-exported: the diagnostics modules import az from here)
 
 __all__: list[str] = []
 

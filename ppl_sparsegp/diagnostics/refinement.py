@@ -134,7 +134,8 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         raise ValueError(f"refinement_check: {err}") from err
     gps = _features(base_trace)
     if not gps:
-        raise ValueError("refinement_check found no spectral_gp or marginal_spectral_gp in the model: nothing to refine")
+        raise ValueError("refinement_check found no spectral_gp or marginal_spectral_gp in the model: "
+                         "nothing to refine")
     base_latent, refined_latent = _latent(base_trace), _latent(refined_trace)
     hyper = [n for n, shape in base_latent.items() if n in flat and n not in inducing
              and int(np.prod(shape, dtype=int)) <= MAX_HYPER_SIZE and refined_latent.get(n) == shape]

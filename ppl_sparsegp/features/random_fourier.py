@@ -61,8 +61,8 @@ from ..linalg import Diagonal
 from ..parameters import Param, check_finite, is_concrete
 from .base import InducingFeature
 
-__all__ = ["RandomFourierFeatures", "ImportanceFourierFeatures", "SpectralDensity", "sample_frequencies", "scrambled_halton",
-           "chi2_ppf"]
+__all__ = ["RandomFourierFeatures", "ImportanceFourierFeatures", "SpectralDensity", "sample_frequencies",
+           "scrambled_halton", "chi2_ppf"]
 
 _METHODS = ("mc", "qmc", "orf")
 
@@ -178,7 +178,8 @@ class ImportanceFourierFeatures(InducingFeature):
 
     .. math::
 
-        \boldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cos\boldsymbol\omega_r^\top\mathbf x;        \sqrt{w_r}\sin\boldsymbol\omega_r^\top\mathbf x]_r,\qquad w_r = p_\ell(\boldsymbol\omega_r) /
+        \boldsymbol\phi_\ell(\mathbf x) = R^{-1/2}\,[\sqrt{w_r}\cos\boldsymbol\omega_r^\top\mathbf x;
+        \sqrt{w_r}\sin\boldsymbol\omega_r^\top\mathbf x]_r,\qquad w_r = p_\ell(\boldsymbol\omega_r) /
         q(\boldsymbol\omega_r),
 
     so :math:`\sigma^2\boldsymbol\phi_\ell(\mathbf x)^\top\boldsymbol\phi_\ell(\mathbf x') =

@@ -191,8 +191,8 @@ class SphericalHarmonicFeatures(InducingFeature):
             raise ValueError(f"kernel must be a Zonal kernel (ArcCosine, ChordalMatern), got {type(kernel).__name__}")
         D = X.shape[1]
         if D < 2:
-            raise ValueError(f"X has {D} input column: SphericalHarmonicFeatures need D ≥ 2 columns (mapped to the sphere "
-                             "in D + 1 ≥ 3 dimensions); for one column use FourierFeatures.from_data")
+            raise ValueError(f"X has {D} input column: SphericalHarmonicFeatures need D ≥ 2 columns (mapped to "
+                             "the sphere in D + 1 ≥ 3 dimensions); for one column use FourierFeatures.from_data")
         d = D + 1
         probe = _shape_probe(kernel, quantile)
         top, total = 0, 1

@@ -208,7 +208,10 @@ class NaturalGradient(NumPyroOptim):
             if not 0 < float(gamma) <= 1:
                 raise ValueError(f"NaturalGradient: gamma must be in (0, 1] or a schedule, got {gamma}")
             value = float(gamma)
-            gamma = lambda step: value
+
+            def gamma(step):
+                return value
+
         self.gamma = gamma
         self.update_with_value = False
 
