@@ -5,7 +5,7 @@ from __future__ import annotations
 from numpyro.contrib.einstein import SteinVI
 from numpyro.optim import _NumPyroOptim
 
-__all__ = ["NumPyroOptim", "SteinVIWithDivergence", "backends_initialised", "inside_model_run",
+__all__ = ["NumPyroOptim", "SteinVIWithDivergence", "backends_initialised", "handler_stack", "inside_model_run",
            "mcmc_run_arguments", "set_host_device_count", "subsample_indices"]
 
 #: NumPyro's optimiser base class (private name): what ``SVI`` accepts as an optimiser object; a subclass
@@ -91,6 +91,17 @@ def subsample_indices(size: int, subsample_size: int, rng_key):
     return _subsample_fn(size, subsample_size, rng_key)
 
 
+def handler_stack() -> list:
+    """NumPyro's handler stack, outermost first (the private ``numpyro.primitives._PYRO_STACK``; NumPyro
+    has no public accessor): what a primitive reads to find the ``numpyro.plate`` contexts around it.
+
+    :returns: the live list of active handlers (read it, do not change it).
+    """
+    import numpyro.primitives
+
+    return numpyro.primitives._PYRO_STACK
+
+
 def inside_model_run() -> bool:
     """Whether a NumPyro model is running now (an inference engine or a handler such as ``seed`` is on
     the stack), so that a primitive may add sample sites. NumPyro keeps its handler stack in the private
@@ -98,9 +109,7 @@ def inside_model_run() -> bool:
 
     :returns: True inside a model's run, False outside.
     """
-    import numpyro.primitives
-
-    return bool(numpyro.primitives._PYRO_STACK)
+    return bool(handler_stack())
 
 
 def mcmc_run_arguments(mcmc):

@@ -9,6 +9,7 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import Distribution
 
+from ..compat import handler_stack
 from ..features.base import InducingFeature
 from ..features.fourier import FourierFeatures
 from ..kernels import Kernel, Periodic
@@ -17,17 +18,17 @@ from ..parameters import Param, free_leaves, free_sites
 
 def enclosing_plates() -> list:
     """``(name, size, dim)`` of the ``numpyro.plate`` contexts around the current call, innermost first."""
-    return [(h.name, h.subsample_size, h.dim) for h in reversed(numpyro.primitives._PYRO_STACK)
+    return [(h.name, h.subsample_size, h.dim) for h in reversed(handler_stack())
             if isinstance(h, numpyro.plate)]
 
 
-def check_pair(feature, kernel, what: str):
+def check_pair(feature, kernel, what: str, *, exact: bool = False):
     """One GP's (feature, kernel): their types, in this order; a fixed period for the periodic kernel on
-    Fourier features (the box is one period)."""
+    Fourier features (the box is one period). With ``exact`` (the dense reference) the feature may be None."""
     if isinstance(feature, Kernel) and isinstance(kernel, InducingFeature):
         raise TypeError(f"{what}: got ({type(feature).__name__}, {type(kernel).__name__}) as (feature, kernel): "
                         "the feature comes first; swap them")
-    if not isinstance(feature, InducingFeature):
+    if not isinstance(feature, InducingFeature) and not (exact and feature is None):
         raise TypeError(f"{what}: the feature must be an InducingFeature (FourierFeatures, InducingPoints, ...), "
                         f"got {type(feature).__name__}")
     if not isinstance(kernel, Kernel):
@@ -44,7 +45,7 @@ def check_pair(feature, kernel, what: str):
 def check_new_sites(sites, name: str):
     """Refuse a site that the model's trace already holds (two calls with one ``name``), before NumPyro's
     duplicate-site assertion."""
-    for h in numpyro.primitives._PYRO_STACK:
+    for h in handler_stack():
         if isinstance(h, handlers.trace):
             taken = [s for s in sites if s in h.trace]
             if taken:
@@ -99,12 +100,12 @@ def check_observations_in_plates(y, name: str):
                              f"observations, say so: y = jnp.broadcast_to(y, {want})")
 
 
-def check_marginal_gps(name: str, named: list):
+def check_marginal_gps(name: str, named: list, *, exact: bool = False):
     """marginal_spectral_gp's GPs ``[(gp name, feature, kernel)]``: each pair, names that clash neither
     with the observed site nor with the model's other sites, templates outside plates."""
     sites = [name, f"{name}_noise"]
     for gp_name, feature, kernel in named:
-        check_pair(feature, kernel, f"gps[{gp_name!r}]" if gp_name != f"{name}_gp0" else "gps")
+        check_pair(feature, kernel, f"gps[{gp_name!r}]" if gp_name != f"{name}_gp0" else "gps", exact=exact)
         if gp_name == name:
             raise ValueError(f"the GP name {gp_name!r} is also the observed site's name {name!r} (their sites "
                              f"'{name}_new' would clash): name the GPs differently, e.g. gps={{'trend': (feature, "

@@ -398,7 +398,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     """
     _require_model("marginal_spectral_gp")
     named = _named_gps(name, gps)
-    _checks.check_marginal_gps(name, named)
+    _checks.check_marginal_gps(name, named, exact=exact)
     X = _as_inputs(X, "X")
     N = X.shape[0]
     if N == 0:
