@@ -309,6 +309,8 @@ class AnalyticELBO(ELBO):
         self.gp = gp
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, batch_size=None, **kwargs):
+        """The negative ELBO of the SparseGP at ``param_map`` (what ``SVI`` minimises), on a minibatch of
+        ``batch_size`` rows scaled by N/B when given, with ``{"loss": value, "mutable_state": None}``."""
         gp = self.gp
         N = X.shape[0]
         k_batch, k_mc = jax.random.split(rng_key)
