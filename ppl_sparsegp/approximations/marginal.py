@@ -399,6 +399,33 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     _require_model("marginal_spectral_gp")
     named = _named_gps(name, gps)
     _checks.check_marginal_gps(name, named, exact=exact)
+    X, y, s2 = _checked_data(name, X, y, noise)
+    if exact:
+        return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
+
+    parts, gp_models = _gp_parts(named, X)
+    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X)
+    if H is not None:
+        with jax.ensure_compile_time_eval():  # Hᵀ stays concrete under jit, so the statistics path holds
+            Ht = H.T
+        parts.append(_Part(None, None, Ht, L))
+
+    constant = (y is not None and all(is_concrete(p.basis) for p in parts) and is_concrete(y))
+    _warn_lost_statistics(y, parts, H)
+    stats = _statistics(parts, y, H) if constant else None
+    batch = () if y is None else y.shape[:-1]
+    marginal = MarginalGaussian(parts, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
+    gps_info = [(gp_name, feature, getattr(kernel, "nu", None)) for gp_name, feature, kernel, _ in gp_models]
+    kernels = {gp_name: kernel for gp_name, _, kernel, _ in gp_models}  # for choose_features
+    numpyro.sample(name, marginal, obs=y,  # for refinement_check and choose_features
+                   infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels})
+    if X_new is None:
+        return None
+    return _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new)
+
+
+def _checked_data(name, X, y, noise):
+    """X as (N, D) inputs, y checked against it, and σ² (``noise`` sampled first when it is a prior)."""
     X = _as_inputs(X, "X")
     N = X.shape[0]
     if N == 0:
@@ -416,9 +443,11 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
         _checks.check_observations_in_plates(y, name)
-    if exact:
-        return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
+    return X, y, s2
 
+
+def _gp_parts(named, X):
+    """One :class:`_Part` per GP (Kuu, Kuf's scale and basis) and [(gp name, feature, kernel, Kuu)]."""
     parts, gp_models = [], []
     for gp_name, feature, kernel in named:
         feature = current_feature(feature)
@@ -433,29 +462,23 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
             scale, basis = kuf_basis(feature, kernel, Xg)
         parts.append(_Part(Kmm, scale, basis))
         gp_models.append((gp_name, feature, kernel, Kmm))
-    H = beta_bar = None
-    if mean_basis is not None or mean_prior is not None:
-        if mean_basis is None or mean_prior is None:
-            raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
-                             "P weights)")
-        H = _basis_matrix(mean_basis, N, "mean_basis")
-        beta_bar, L = _mean_prior(mean_prior, H.shape[1], dtype)
-        with jax.ensure_compile_time_eval():  # Hᵀ stays concrete under jit, so the statistics path holds
-            Ht = H.T
-        parts.append(_Part(None, None, Ht, L))
+    return parts, gp_models
 
-    constant = (y is not None and all(is_concrete(p.basis) for p in parts) and is_concrete(y))
-    _warn_lost_statistics(y, parts, H)
-    stats = _statistics(parts, y, H) if constant else None
-    batch = () if y is None else y.shape[:-1]
-    marginal = MarginalGaussian(parts, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
-    gps_info = [(gp_name, feature, getattr(kernel, "nu", None)) for gp_name, feature, kernel, _ in gp_models]
-    kernels = {gp_name: kernel for gp_name, _, kernel, _ in gp_models}  # for choose_features
-    numpyro.sample(name, marginal, obs=y,  # for refinement_check and choose_features
-                   infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels})
-    if X_new is None:
-        return None
 
+def _mean_weights(mean_basis, mean_prior, X):
+    """(H (N, P), β̄ (P,), L (P, P)) of the parametric mean, or three Nones without one."""
+    if mean_basis is None and mean_prior is None:
+        return None, None, None
+    if mean_basis is None or mean_prior is None:
+        raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
+                         "P weights)")
+    H = _basis_matrix(mean_basis, X.shape[0], "mean_basis")
+    beta_bar, L = _mean_prior(mean_prior, H.shape[1], jnp.result_type(X.dtype, float))
+    return H, beta_bar, L
+
+
+def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new):
+    """The GPs' draws at X_new given y (sites ``<gp name>_new``, ``<name>_beta``, ``<name>_new``)."""
     if y is None:
         raise ValueError("X_new needs the observations y: the GPs at X_new are drawn given y")
     key = numpyro.prng_key()
@@ -484,16 +507,9 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
 def _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new):
     """``marginal_spectral_gp(..., exact=True)``: the dense covariance's site and, with X_new, the exact
     conditional draws (:mod:`~ppl_sparsegp.approximations.exact_marginal`); the same site names."""
-    dtype = jnp.result_type(X.dtype, float)
     kernels = [(gp_name, instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel)
                for gp_name, _, kernel in named]
-    H = L = beta_bar = None
-    if mean_basis is not None or mean_prior is not None:
-        if mean_basis is None or mean_prior is None:
-            raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
-                             "P weights)")
-        H = _basis_matrix(mean_basis, X.shape[0], "mean_basis")
-        beta_bar, L = _mean_prior(mean_prior, H.shape[1], dtype)
+    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X)
     C = exact_covariance([k for _, k in kernels], X, s2, H, L)
     loc = 0.0 if H is None else H @ beta_bar
     batch = () if y is None else y.shape[:-1]

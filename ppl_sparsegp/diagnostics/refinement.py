@@ -145,37 +145,48 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
 
     if base_latent == refined_latent and all(n in flat for n in base_latent):
         draws = {n: flat[n] for n in base_latent}
-        lw = np.asarray(_log_ratio(model, draws, args, kwargs, times))
-        if not np.all(np.isfinite(lw)):
-            raise ValueError("refinement_check: a draw has a non-finite log density under the refined model")
-        smoothed, k_hat = az.psislw(lw - lw.max())
-        w = np.exp(np.asarray(smoothed) - np.max(smoothed))
-        w /= w.sum()
-        weighted = _moments(flat, hyper, w)  # the refined posterior's moments, by importance sampling
-        result.update(k_hat=float(k_hat), ess=float(1.0 / np.sum(w**2)), shift_is=_shifts(moments, weighted, weighted))
-        result["refined_q05"] = {n: _weighted_quantile(flat[n], w, 0.05).tolist() for n in hyper}
+        result.update(_importance_weights(model, draws, flat, hyper, moments, args, kwargs, times))
     if refit is False and result["k_hat"] is None:
         raise ValueError("refinement_check(refit=False) on a model whose inducing variables are sampled: importance "
                          "weights need marginal_spectral_gp; let the check refit (refit=None or True)")
     if refit or (refit is None and (result["k_hat"] is None or result["k_hat"] > _K_HAT_MAX)):
-        init = {n: jnp.median(flat[n], axis=0) for n in hyper}
-        mcmc = MCMC(NUTS(model, init_strategy=init_to_value(values=init)), num_warmup=num_warmup,
-                    num_samples=num_samples, num_chains=1, progress_bar=False)
-        with refined_features(times):
-            mcmc.run(jax.random.PRNGKey(0) if rng_key is None else rng_key, *args, **kwargs)
-        refit_draws = mcmc.get_samples()
-        again = _moments(refit_draws, hyper)
-        result["shift_refit_raw"] = _shifts(moments, again, again)
-        se = {n: float(np.sqrt(1.0 / _ess(refit_draws[n]) + 1.0 / _ess(flat[n]))) for n in hyper}
-        result["mcse_refit"] = se
-        result["shift_refit"] = {n: max(0.0, d - 2.0 * se[n]) for n, d in result["shift_refit_raw"].items()}
-        result["refit_mean"] = {n: again[n][0].tolist() for n in hyper}
-        result["refit_q05"] = {n: np.quantile(np.asarray(refit_draws[n]).reshape(num_samples, -1), 0.05,
-                                              axis=0).tolist() for n in hyper}
+        result.update(_refit(model, flat, hyper, moments, args, kwargs, times, num_warmup, num_samples, rng_key))
     result["ok"], result["message"] = _verdict(result, moments, threshold, gps)
     advised = {name: _advised_feature(result, name, feature, nu) for name, feature, nu in gps}
     result["advised_features"] = {} if result["ok"] else {n: a[0] for n, a in advised.items() if a is not None}
     return result
+
+
+def _importance_weights(model, draws, flat, hyper, moments, args, kwargs, times) -> dict:
+    """PSIS weights of the refined model's density ratio at the fit's draws, and the moments' shift."""
+    lw = np.asarray(_log_ratio(model, draws, args, kwargs, times))
+    if not np.all(np.isfinite(lw)):
+        raise ValueError("refinement_check: a draw has a non-finite log density under the refined model")
+    smoothed, k_hat = az.psislw(lw - lw.max())
+    w = np.exp(np.asarray(smoothed) - np.max(smoothed))
+    w /= w.sum()
+    weighted = _moments(flat, hyper, w)  # the refined posterior's moments, by importance sampling
+    return {"k_hat": float(k_hat), "ess": float(1.0 / np.sum(w**2)), "shift_is": _shifts(moments, weighted, weighted),
+            "refined_q05": {n: _weighted_quantile(flat[n], w, 0.05).tolist() for n in hyper}}
+
+
+def _refit(model, flat, hyper, moments, args, kwargs, times, num_warmup, num_samples, rng_key) -> dict:
+    """The short NUTS refit of the refined model from the posterior medians, and its shifts net of MC error."""
+    init = {n: jnp.median(flat[n], axis=0) for n in hyper}
+    mcmc = MCMC(NUTS(model, init_strategy=init_to_value(values=init)), num_warmup=num_warmup,
+                num_samples=num_samples, num_chains=1, progress_bar=False)
+    with refined_features(times):
+        mcmc.run(jax.random.PRNGKey(0) if rng_key is None else rng_key, *args, **kwargs)
+    refit_draws = mcmc.get_samples()
+    again = _moments(refit_draws, hyper)
+    out = {"shift_refit_raw": _shifts(moments, again, again)}
+    se = {n: float(np.sqrt(1.0 / _ess(refit_draws[n]) + 1.0 / _ess(flat[n]))) for n in hyper}
+    out["mcse_refit"] = se
+    out["shift_refit"] = {n: max(0.0, d - 2.0 * se[n]) for n, d in out["shift_refit_raw"].items()}
+    out["refit_mean"] = {n: again[n][0].tolist() for n in hyper}
+    out["refit_q05"] = {n: np.quantile(np.asarray(refit_draws[n]).reshape(num_samples, -1), 0.05,
+                                       axis=0).tolist() for n in hyper}
+    return out
 
 
 def _check_draws(samples, max_draws) -> dict:
