@@ -477,14 +477,20 @@ def _mean_weights(mean_basis, mean_prior, X):
     return H, beta_bar, L
 
 
-def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new):
-    """The GPs' draws at X_new given y (sites ``<gp name>_new``, ``<name>_beta``, ``<name>_new``)."""
+def _draw_key(y):
+    """The PRNG key for the draws at X_new, which are drawn given y (both needed, else a clear error)."""
     if y is None:
         raise ValueError("X_new needs the observations y: the GPs at X_new are drawn given y")
     key = numpyro.prng_key()
     if key is None:
         raise ValueError("marginal_spectral_gp with X_new draws the GPs: run the model under "
                          "numpyro.infer.Predictive or numpyro.handlers.seed")
+    return key
+
+
+def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new):
+    """The GPs' draws at X_new given y (sites ``<gp name>_new``, ``<name>_beta``, ``<name>_new``)."""
+    key = _draw_key(y)
     v = marginal.posterior_weights(y, key)  # (..., M')
     X_new = _as_inputs(X_new, "X_new")
     out, start, total = {}, 0, 0.0
@@ -516,12 +522,7 @@ def _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basi
     numpyro.sample(name, ExactMarginalGaussian(C, loc, batch_shape=batch), obs=y)
     if X_new is None:
         return None
-    if y is None:
-        raise ValueError("X_new needs the observations y: the GPs at X_new are drawn given y")
-    key = numpyro.prng_key()
-    if key is None:
-        raise ValueError("marginal_spectral_gp with X_new draws the GPs: run the model under "
-                         "numpyro.infer.Predictive or numpyro.handlers.seed")
+    key = _draw_key(y)
     X_new = _as_inputs(X_new, "X_new")
     if H is not None and mean_basis_new is None:
         raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
