@@ -330,11 +330,11 @@ def _natgrad_ready(gp) -> bool:
     """Whether natural-gradient steps apply: a SparseGP (SVGP bound) whose guide has, per latent GP, a
     full, diagonal or equal-block q (params ``<site>_loc`` and ``<site>_scale_tril`` or ``<site>_scale``)."""
     from ppl_sparsegp import SparseGP
-    from ppl_sparsegp.approximations.base import _site_names
+    from ppl_sparsegp.approximations._shared import site_names
 
     if not isinstance(gp, SparseGP) or gp.residual != "expected":
         return False
-    names = set(_site_names(gp, gp.guide, "param"))
+    names = set(site_names(gp, gp.guide, "param"))
     L = gp.num_latent_gps
     prefixes = [gp.site] if L == 1 else [f"{gp.site}_{l}" for l in range(L)]
     return all(f"{p}_loc" in names and (f"{p}_scale_tril" in names or f"{p}_scale" in names) for p in prefixes)

@@ -59,11 +59,12 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import Transform
 
-from .approximations.base import GPModel, _require_params
+from .approximations._shared import require_params
+from .approximations.base import GPModel
 from .approximations.collapsed import CollapsedGP
 from .approximations.sparse import SparseGP
 from .approximations.spectrum import SparseSpectrumGP
-from .approximations.variational import _FAMILIES, _auto
+from .approximations.variational import q_cov_name
 from .parameters import Module, Param
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
@@ -87,15 +88,10 @@ class FitFileError(ValueError):
 # --------------------------------------------------------------------------------------------------
 def _q_cov(gp):
     """``q_cov`` of a SparseGP: the name of its q family (a user's own callable cannot be saved)."""
-    family = gp.q_family
-    if family is _auto:
-        return "auto"
-    for name, f in _FAMILIES.items():
-        if family is f:
-            return name
-    raise FitFileError(f"save_fit: q_cov is a user-defined callable ({getattr(family, '__qualname__', family)!r}); "
-                       f"a fit can hold the q families of ppl_sparsegp only: 'auto', "
-                       f"{', '.join(repr(n) for n in _FAMILIES)}")
+    try:
+        return q_cov_name(gp.q_family)
+    except ValueError as e:
+        raise FitFileError(f"save_fit: {e}") from None
 
 
 # (class, constructor argument) -> how to read it back from an instance, where no attribute holds it
@@ -471,7 +467,7 @@ def save_fit(path, gp, params: dict, *, metadata: dict | None = None, model_args
     own = not isinstance(gp, GPModel)
     params, model_args = _own_model(gp, params, model_args) if own else (_check_params(params, "save_fit"), None)
     if not own:
-        _require_params(gp, "save_fit", params)
+        require_params(gp, "save_fit", params)
     try:
         meta_json = json.loads(json.dumps(metadata if metadata is not None else {}, allow_nan=True))
     except (TypeError, ValueError) as e:
@@ -561,7 +557,7 @@ def _decode(header, arrays, source):
         raise FitFileError(f"{source}: params is not a JSON object")
     params = {k: dec(v, f"params.{k}") for k, v in header["params"].items()}
     try:
-        _require_params(gp, "load_fit", params)
+        require_params(gp, "load_fit", params)
     except ValueError as e:
         raise FitFileError(f"{source}: the params do not match the approximation's guide: {e}") from None
     return gp, params
