@@ -61,10 +61,6 @@ from numpyro.distributions.transforms import Transform
 
 from .approximations._shared import require_params
 from .approximations.base import GPModel
-from .approximations.collapsed import CollapsedGP
-from .approximations.sparse import SparseGP
-from .approximations.spectrum import SparseSpectrumGP
-from .approximations.variational import q_cov_name
 from .parameters import Module, Param
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
@@ -86,24 +82,6 @@ class FitFileError(ValueError):
 # --------------------------------------------------------------------------------------------------
 # the approximation's configuration: its constructor arguments
 # --------------------------------------------------------------------------------------------------
-def _q_cov(gp):
-    """``q_cov`` of a SparseGP: the name of its q family (a user's own callable cannot be saved)."""
-    try:
-        return q_cov_name(gp.q_family)
-    except ValueError as e:
-        raise FitFileError(f"save_fit: {e}") from None
-
-
-# (class, constructor argument) -> how to read it back from an instance, where no attribute holds it
-_GETTERS = {
-    (SparseGP, "q_cov"): _q_cov,
-    (CollapsedGP, "statistics"): lambda gp: gp.precomputed,
-    (SparseSpectrumGP, "frequencies"): lambda gp: gp.feature.frequencies,
-    (SparseSpectrumGP, "num_frequencies"): lambda gp: None,  # frequencies given: not used
-    (SparseSpectrumGP, "input_dim"): lambda gp: None,
-}
-
-
 def _arguments(cls):
     """The named constructor arguments of ``cls`` (no ``self``, ``*args``, ``**kwargs``, ``validate_args``)."""
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -116,14 +94,14 @@ def _config(gp) -> dict:
     cls = type(gp)
     args = {}
     for p in _arguments(cls):
-        getter = next((_GETTERS[(base, p.name)] for base in cls.__mro__ if (base, p.name) in _GETTERS), None)
-        if getter is not None:
-            args[p.name] = getter(gp)
-        elif p.name in vars(gp):
-            args[p.name] = vars(gp)[p.name]
-        else:
+        try:
+            args[p.name] = gp.constructor_argument(p.name)
+        except AttributeError:
             raise FitFileError(f"save_fit: {cls.__name__}'s constructor argument {p.name!r} is not stored on the "
-                               f"instance, so a fit cannot describe it; add it to fits._GETTERS")
+                               f"instance, so a fit cannot describe it; override {cls.__name__}.constructor_argument"
+                               ) from None
+        except ValueError as e:  # an argument no fit can hold (a user's own q family)
+            raise FitFileError(f"save_fit: {e}") from None
     return {"args": args, "data": getattr(gp, "data", None)}
 
 

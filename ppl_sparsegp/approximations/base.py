@@ -147,6 +147,19 @@ class GPModel:
         y).predict(X_new, params=... or samples=...)`` serves every approximation."""
         return self
 
+    def constructor_argument(self, name: str):
+        """The value of the constructor argument ``name`` that rebuilds this approximation, as
+        ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.fits.save_fit`
+        records): the instance attribute of that name. A subclass whose constructor keeps an argument under
+        another form overrides this for that argument.
+
+        :param name: a constructor argument of ``type(self)``.
+        :raises AttributeError: when no attribute holds it.
+        """
+        if name in vars(self):
+            return vars(self)[name]
+        raise AttributeError(name)
+
     def point_guide(self, *args, **kwargs):
         """Guide with a point mass (Delta at a constrained param ``<site>_map``) on every hyperparameter."""
         return self.components(point=True)

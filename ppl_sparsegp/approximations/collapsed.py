@@ -260,6 +260,10 @@ class CollapsedGP(GPModel):
         stats, _ = self._centred_statistics(feature, kernel, c, X, y, statistics)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
+    def constructor_argument(self, name: str):
+        """:meth:`GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
+        return self.precomputed if name == "statistics" else super().constructor_argument(name)
+
     def with_data(self, X, y) -> "CollapsedGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
         copy; the original is unchanged). Cheap, and allowed inside ``jit``."""

@@ -176,11 +176,10 @@ def _check_spectral_gp(name, feature, kernel, batched_kernel):
 
 def _warn_tangled_lengthscale(feature, kernel):
     """Random Fourier features scale their frequencies with 1/ℓ: with a lengthscale that is sampled (a
-    traced value) NUTS does not mix (measured: R-hat 1.85, bulk ESS 3 for ℓ), so say so."""
-    from ..features.random_fourier import RandomFourierFeatures
-
+    traced value) NUTS does not mix (measured: R-hat 1.85, bulk ESS 3 for ℓ), so say so (a family says
+    it by :attr:`~ppl_sparsegp.features.InducingFeature.moves_with_lengthscale`)."""
     ls = getattr(kernel, "lengthscale", None)
-    if isinstance(feature, RandomFourierFeatures) and ls is not None and not is_concrete(ls):
+    if feature.moves_with_lengthscale and ls is not None and not is_concrete(ls):
         warnings.warn("spectral_gp with RandomFourierFeatures and a sampled lengthscale: the frequencies scale "
                       "with 1/ℓ, so the weights and ℓ are tangled and NUTS mixes poorly (measured: R-hat 1.85, "
                       "bulk ESS 3 for ℓ); use ImportanceFourierFeatures.from_proposal(kernel at ℓ_min, ...), whose "

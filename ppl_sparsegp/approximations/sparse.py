@@ -41,7 +41,7 @@ from ..sharding import map_rows
 from ._shared import require_params, require_samples
 from .base import GPModel
 from .primitives import inducing_prior
-from .variational import resolve_q_family
+from .variational import q_cov_name, resolve_q_family
 
 __all__ = ["SparseGP"]
 
@@ -235,6 +235,15 @@ class SparseGP(GPModel):
             else likelihood.variational_expectation(y, mean + c, var)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
+
+    def constructor_argument(self, name: str):
+        """:meth:`GPModel.constructor_argument`; ``q_cov`` is the name of the q family
+        (:func:`~ppl_sparsegp.approximations.variational.q_cov_name`).
+
+        :raises ValueError: for ``q_cov`` a user-defined callable (no name rebuilds it)."""
+        if name == "q_cov":
+            return q_cov_name(self.q_family)
+        return super().constructor_argument(name)
 
     def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new.

@@ -281,6 +281,15 @@ class SparseSpectrumGP(GPModel):
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
     # --- prediction ---------------------------------------------------------------------------------
+    def constructor_argument(self, name: str):
+        """:meth:`GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
+        ``num_frequencies`` and ``input_dim`` are not used, None)."""
+        if name == "frequencies":
+            return self.feature.frequencies
+        if name in ("num_frequencies", "input_dim"):
+            return None
+        return super().constructor_argument(name)
+
     def with_data(self, X, y) -> "SparseSpectrumGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
         copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
