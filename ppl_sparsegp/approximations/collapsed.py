@@ -261,7 +261,7 @@ class CollapsedGP(GPModel):
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
     def constructor_argument(self, name: str):
-        """:meth:`GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
         return self.precomputed if name == "statistics" else super().constructor_argument(name)
 
     def with_data(self, X, y) -> "CollapsedGP":

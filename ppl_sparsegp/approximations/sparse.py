@@ -237,7 +237,7 @@ class SparseGP(GPModel):
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
 
     def constructor_argument(self, name: str):
-        """:meth:`GPModel.constructor_argument`; ``q_cov`` is the name of the q family
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov`` is the name of the q family
         (:func:`~ppl_sparsegp.approximations.variational.q_cov_name`).
 
         :raises ValueError: for ``q_cov`` a user-defined callable (no name rebuilds it)."""

@@ -282,7 +282,7 @@ class SparseSpectrumGP(GPModel):
 
     # --- prediction ---------------------------------------------------------------------------------
     def constructor_argument(self, name: str):
-        """:meth:`GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
         ``num_frequencies`` and ``input_dim`` are not used, None)."""
         if name == "frequencies":
             return self.feature.frequencies

@@ -183,9 +183,9 @@ class FourierFeatures(InducingFeature):
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
     def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
-        """The fix from the posterior's lengthscales (:meth:`InducingFeature.adequacy_advice`): the box 3
-        lengthscales, at the 95% quantile, beyond the data; M to resolve the 5% quantile over that box,
-        as :meth:`from_data`."""
+        """The fix from the posterior's lengthscales
+        (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`): the box 3 lengthscales, at the
+        95% quantile, beyond the data; M to resolve the 5% quantile over that box, as :meth:`from_data`."""
         if lengthscales is None:
             return super().adequacy_advice(lengthscales, X, kernel, tolerance)
         short, long = float(np.quantile(lengthscales, 0.05)), float(np.quantile(lengthscales, 0.95))

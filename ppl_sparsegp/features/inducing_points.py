@@ -41,7 +41,7 @@ class InducingPoints(InducingFeature):
         self._set(Z=Z, jitter=jitter)
 
     def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
-        """More inducing points, or better placed (:meth:`InducingFeature.adequacy_advice`)."""
+        """More inducing points, or better placed (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`)."""
         return "add inducing points (or place them where the data are)"
 
     def check_inputs(self, X, name="X"):
