@@ -238,7 +238,7 @@ class SparseGP(GPModel):
 
     def constructor_argument(self, name: str):
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov`` is the name of the q family
-        (:func:`~ppl_sparsegp.approximations.variational.q_cov_name`).
+        (the string :func:`~ppl_sparsegp.approximations.variational.resolve_q_family` takes back).
 
         :raises ValueError: for ``q_cov`` a user-defined callable (no name rebuilds it)."""
         if name == "q_cov":

@@ -75,9 +75,9 @@ class InducingFeature(Module):
     #: while any of them is free (a prior or a parameter), since the statistics would be for one value.
     kuf_kernel_fields: tuple = ()
 
-    #: Whether the family's functions move with the kernel's lengthscale (random Fourier features: every
-    #: frequency scales with 1/ℓ): with a sampled lengthscale the weights and ℓ are tangled and NUTS mixes
-    #: poorly, so :func:`~ppl_sparsegp.spectral_gp` warns.
+    #: Whether the family's functions move with the kernel's lengthscale, as random Fourier features do
+    #: (every frequency scales with 1/ℓ). With a sampled lengthscale the weights and ℓ are then tangled
+    #: and NUTS mixes poorly, so :func:`~ppl_sparsegp.spectral_gp` warns.
     moves_with_lengthscale: bool = False
 
     def refined(self) -> "InducingFeature":
