@@ -1,8 +1,9 @@
 """The command-line runner: ``python -m inference list`` and ``python -m inference fit <model> ...``.
 
 ``fit`` builds the model's :class:`~models.ModelSpec`, runs SVI (``TraceMeanField_ELBO``, Adam), NUTS
-or the model's Stein routine (:func:`fit_svi` and :func:`fit_nuts` are the fitting functions, public for
-the benchmarks), and writes into ``--out`` (default ``runs/<model>-<method>/``):
+or the model's Stein routine (the fitting functions :func:`~inference.benchmarks.harness.fit_svi` and
+:func:`~inference.benchmarks.harness.fit_nuts` live in the benchmarks' harness, which the runner
+shares), and writes into ``--out`` (default ``runs/<model>-<method>/``):
 
 * ``idata.nc``: the ArviZ InferenceData (netCDF; for SVI/MAP the pointwise groups hold at most
   :data:`~ppl_sparsegp.diagnostics.MAX_POINTWISE` values per variable, see
@@ -15,8 +16,9 @@ the benchmarks), and writes into ``--out`` (default ``runs/<model>-<method>/``):
 
 Settings resolve as: command-line flag, else ``spec.defaults[method]``, else :data:`DEFAULTS`.
 
-SVI runs in compiled blocks of steps (:func:`fit_svi`): memory does not grow with the steps, and a step
-whose loss or params are not finite stops the run with a one-line error naming the step and the params.
+SVI runs in compiled blocks of steps (:func:`~inference.benchmarks.harness.fit_svi`): memory does not grow
+with the steps, and a step whose loss or params are not finite stops the run with a one-line error naming
+the step and the params.
 
 Reload an SVI or MAP fit and predict, in any later Python session (inputs and targets on the scale the
 model was fitted on: models that standardise their data, e.g. ``uci_*``, predict standardised values)::
@@ -37,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from inference.benchmarks.harness import NonFiniteLossError, fit_nuts, fit_svi
 
 METHODS = ("svi", "nuts", "stein", "map")
 # fallbacks when neither the command line nor spec.defaults[method] sets a value
@@ -49,8 +51,6 @@ DEFAULTS = {
     "map": {"steps": 500, "samples": 100},  # steps: the most L-BFGS iterations
 }
 SETTINGS = ("steps", "lr", "warmup", "samples", "chains", "target_accept", "max_tree_depth", "dense_mass")
-EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size",
-                "potential_energy")
 
 
 def _parser(model_name=None, model_module=None):
@@ -139,152 +139,6 @@ def _list():
     return found
 
 
-class NonFiniteLossError(FloatingPointError):
-    """SVI stopped at the first step whose loss or params are not finite (NaN or ±inf).
-
-    :ivar step: that step (1-based); :ivar names: the params that are not finite after it (constrained
-        or unconstrained value); :ivar loss: its loss; :ivar params: the params before it (all finite);
-        :ivar losses: the losses of the steps before it.
-    """
-
-    def __init__(self, message, *, step, names, loss, params, losses):
-        super().__init__(message)
-        self.step, self.names, self.loss, self.params, self.losses = step, names, loss, params, losses
-
-
-def fit_svi(gp, *args, steps: int, rng_key, lr: float = 0.01, optim=None, elbo=None, guide=None,
-            progress: bool = False, model_kwargs=None, block_size: int | None = None):
-    """SVI of ``gp.model`` / ``gp.guide`` (or of the model ``gp`` with ``guide``) on ``*args``: ``steps``
-    steps of ``optim`` (default Adam(``lr``)) on ``elbo`` (default ``TraceMeanField_ELBO``).
-
-    The steps run in compiled blocks of ``block_size`` (default ``max(steps // 20, 1)``, NumPyro's
-    progress interval) with ``lax.scan`` (the data enter as arguments, not as constants); after each block
-    the losses are copied into one preallocated array and the NumPyro-style progress bar (``init loss``,
-    ``avg. loss [i-j]``) advances, so memory does not grow with the steps. Inside a block every step checks
-    that its loss and every param (constrained and unconstrained) are finite; the first step that is not
-    is not applied, the run stops after its block and :class:`NonFiniteLossError` names the step and the
-    params that went non-finite (and carries the last finite params).
-
-    :returns: ``(SVIRunResult, seconds)``: params, the final SVI state and the losses; the wall-clock time
-        of the run, compilation included.
-    :raises NonFiniteLossError: at the first non-finite step.
-    """
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-    from numpyro import optim as optimisers
-    from numpyro.infer import SVI, TraceMeanField_ELBO
-    from numpyro.infer.svi import SVIRunResult
-
-    for name, value in (("steps", steps), ("block_size", 1 if block_size is None else block_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    steps = int(steps)
-    block = min(max(steps // 20, 1) if block_size is None else int(block_size), steps)
-    kwargs = dict(model_kwargs or {})
-    model, guide = (gp.model, gp.guide) if guide is None else (getattr(gp, "model", gp), guide)
-    svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
-              elbo if elbo is not None else TraceMeanField_ELBO())
-    t0 = time.perf_counter()
-    state = svi.init(rng_key, *args, **kwargs)
-    names = sorted(svi.get_params(state))
-
-    def not_finite(state):
-        """Per param (in ``names`` order): True when its constrained or unconstrained value has NaN/inf."""
-        free, constrained = svi.optim.get_params(state.optim_state), svi.get_params(state)
-        return jnp.stack([~(jnp.all(jnp.isfinite(free[n])) & jnp.all(jnp.isfinite(constrained[n])))
-                          for n in names])
-
-    def run_block(state, active, args):
-        """``block`` steps (the first ``active`` of them); none is applied from the first bad one on."""
-        def body(carry, i):
-            state, bad_step, bad_params = carry
-            new, loss = svi.update(state, *args, **kwargs)
-            flags = not_finite(new)
-            live = (i < active) & (bad_step < 0)
-            bad = live & (~jnp.isfinite(loss) | jnp.any(flags))
-            state = lax.cond(live & ~bad, lambda old, upd: upd, lambda old, upd: old, state, new)
-            return (state, jnp.where(bad, i, bad_step), jnp.where(bad, flags, bad_params)), loss
-
-        init = (state, jnp.asarray(-1, jnp.int32), jnp.zeros(len(names), bool))
-        (state, bad_step, bad_params), losses = lax.scan(body, init, jnp.arange(block, dtype=jnp.int32))
-        return state, losses, bad_step, bad_params
-
-    run_block = jax.jit(run_block)
-    losses = None
-    bar = _progress_bar(steps) if progress else None
-    done = 0
-    try:
-        while done < steps:
-            active = min(block, steps - done)
-            state, block_losses, bad_step, bad_params = run_block(state, active, args)
-            block_losses, bad_step = np.asarray(jax.device_get(block_losses)), int(bad_step)
-            if losses is None:  # one array for the whole run: nothing grows per step
-                losses = np.empty(steps, dtype=block_losses.dtype)
-            if bad_step >= 0:
-                losses[done:done + bad_step] = block_losses[:bad_step]
-                raise _non_finite(svi, state, names, done + bad_step + 1, steps, float(block_losses[bad_step]),
-                                  np.asarray(bad_params), losses[:done + bad_step].copy())
-            losses[done:done + active] = block_losses[:active]
-            done += active
-            if bar is not None:
-                bar.update(active)
-                bar.set_postfix_str(f"init loss: {losses[0]:.4f}, avg. loss [{done - active + 1}-{done}]: "
-                                    f"{float(np.mean(block_losses[:active])):.4f}", refresh=False)
-    finally:
-        if bar is not None:
-            bar.close()
-    result = SVIRunResult(svi.get_params(state), state, jnp.asarray(losses))
-    _block(result.params)
-    return result, time.perf_counter() - t0
-
-
-def _progress_bar(total):
-    import tqdm
-
-    return tqdm.tqdm(total=total)
-
-
-def _non_finite(svi, state, names, step, steps, loss, flags, losses):
-    """The NonFiniteLossError of step ``step`` (1-based); ``state`` is the state before it."""
-    bad = [n for n, f in zip(names, flags) if f]
-    what = f"the loss is {loss}" if not np.isfinite(loss) else f"the loss is {loss:.6g}"
-    if bad:
-        what += f" and after it these params are not finite: {', '.join(bad)}"
-    else:
-        what += " (the params are still finite)"
-    last = f"; the last finite loss was {losses[-1]:.6g} at step {step - 1}" if len(losses) else ""
-    message = (f"SVI stopped at step {step} of {steps}: {what}{last}. Lower the learning rate (--lr), or check "
-               f"the data, the priors and the initial values for values that overflow")
-    return NonFiniteLossError(message, step=step, names=bad, loss=loss, params=svi.get_params(state),
-                              losses=losses)
-
-
-def fit_nuts(model, *args, rng_key, warmup: int, samples: int, chains: int = 1, target_accept: float = 0.8,
-             max_tree_depth: int = 10, dense_mass: bool = False, init_strategy=None, chain_method=None,
-             extra_fields=EXTRA_FIELDS, progress: bool = False, model_kwargs=None):
-    """NUTS on ``model`` (a model function, or a GP: its ``.model``) with ``*args``.
-
-    :param init_strategy: default ``init_to_median(num_samples=15)``.
-    :param chain_method: default ``"parallel"`` when there is a device per chain, else ``"sequential"``.
-    :returns: ``(MCMC, seconds)``: the wall-clock time of ``mcmc.run``, compilation included.
-    """
-    import jax
-    from numpyro.infer import MCMC, NUTS, init_to_median
-
-    if chain_method is None:
-        chain_method = "parallel" if jax.local_device_count() >= chains else "sequential"
-    kernel = NUTS(getattr(model, "model", model), target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                  dense_mass=bool(dense_mass),
-                  init_strategy=init_to_median(num_samples=15) if init_strategy is None else init_strategy)
-    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains, chain_method=chain_method,
-                progress_bar=progress)
-    t0 = time.perf_counter()
-    mcmc.run(rng_key, *args, extra_fields=tuple(extra_fields), **(model_kwargs or {}))
-    _block(mcmc.get_samples())
-    return mcmc, time.perf_counter() - t0
-
-
 def _fit_svi(spec, args, rng_key):
     from ppl_sparsegp import diagnostics
 
@@ -330,11 +184,11 @@ def _natgrad_ready(gp) -> bool:
     """Whether natural-gradient steps apply: a SparseGP (SVGP bound) whose guide has, per latent GP, a
     full, diagonal or equal-block q (params ``<site>_loc`` and ``<site>_scale_tril`` or ``<site>_scale``)."""
     from ppl_sparsegp import SparseGP
-    from ppl_sparsegp.approximations.base import _site_names
+    from ppl_sparsegp.approximations._shared import site_names
 
     if not isinstance(gp, SparseGP) or gp.residual != "expected":
         return False
-    names = set(_site_names(gp, gp.guide, "param"))
+    names = set(site_names(gp, gp.guide, "param"))
     L = gp.num_latent_gps
     prefixes = [gp.site] if L == 1 else [f"{gp.site}_{l}" for l in range(L)]
     return all(f"{p}_loc" in names and (f"{p}_scale_tril" in names or f"{p}_scale" in names) for p in prefixes)
@@ -401,12 +255,6 @@ def _split(key):
     import jax
 
     return jax.random.split(key)
-
-
-def _block(tree):
-    import jax
-
-    jax.block_until_ready(tree)
 
 
 def _adequacy(spec, idata):

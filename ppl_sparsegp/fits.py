@@ -59,11 +59,8 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import Transform
 
-from .approximations.base import GPModel, _require_params
-from .approximations.collapsed import CollapsedGP
-from .approximations.sparse import SparseGP
-from .approximations.spectrum import SparseSpectrumGP
-from .approximations.variational import _FAMILIES, _auto
+from .approximations._shared import require_params
+from .approximations.base import GPModel
 from .parameters import Module, Param
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
@@ -85,29 +82,6 @@ class FitFileError(ValueError):
 # --------------------------------------------------------------------------------------------------
 # the approximation's configuration: its constructor arguments
 # --------------------------------------------------------------------------------------------------
-def _q_cov(gp):
-    """``q_cov`` of a SparseGP: the name of its q family (a user's own callable cannot be saved)."""
-    family = gp.q_family
-    if family is _auto:
-        return "auto"
-    for name, f in _FAMILIES.items():
-        if family is f:
-            return name
-    raise FitFileError(f"save_fit: q_cov is a user-defined callable ({getattr(family, '__qualname__', family)!r}); "
-                       f"a fit can hold the q families of ppl_sparsegp only: 'auto', "
-                       f"{', '.join(repr(n) for n in _FAMILIES)}")
-
-
-# (class, constructor argument) -> how to read it back from an instance, where no attribute holds it
-_GETTERS = {
-    (SparseGP, "q_cov"): _q_cov,
-    (CollapsedGP, "statistics"): lambda gp: gp.precomputed,
-    (SparseSpectrumGP, "frequencies"): lambda gp: gp.feature.frequencies,
-    (SparseSpectrumGP, "num_frequencies"): lambda gp: None,  # frequencies given: not used
-    (SparseSpectrumGP, "input_dim"): lambda gp: None,
-}
-
-
 def _arguments(cls):
     """The named constructor arguments of ``cls`` (no ``self``, ``*args``, ``**kwargs``, ``validate_args``)."""
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -120,14 +94,14 @@ def _config(gp) -> dict:
     cls = type(gp)
     args = {}
     for p in _arguments(cls):
-        getter = next((_GETTERS[(base, p.name)] for base in cls.__mro__ if (base, p.name) in _GETTERS), None)
-        if getter is not None:
-            args[p.name] = getter(gp)
-        elif p.name in vars(gp):
-            args[p.name] = vars(gp)[p.name]
-        else:
+        try:
+            args[p.name] = gp.constructor_argument(p.name)
+        except AttributeError:
             raise FitFileError(f"save_fit: {cls.__name__}'s constructor argument {p.name!r} is not stored on the "
-                               f"instance, so a fit cannot describe it; add it to fits._GETTERS")
+                               f"instance, so a fit cannot describe it; override {cls.__name__}.constructor_argument"
+                               ) from None
+        except ValueError as e:  # an argument no fit can hold (a user's own q family)
+            raise FitFileError(f"save_fit: {e}") from None
     return {"args": args, "data": getattr(gp, "data", None)}
 
 
@@ -471,7 +445,7 @@ def save_fit(path, gp, params: dict, *, metadata: dict | None = None, model_args
     own = not isinstance(gp, GPModel)
     params, model_args = _own_model(gp, params, model_args) if own else (_check_params(params, "save_fit"), None)
     if not own:
-        _require_params(gp, "save_fit", params)
+        require_params(gp, "save_fit", params)
     try:
         meta_json = json.loads(json.dumps(metadata if metadata is not None else {}, allow_nan=True))
     except (TypeError, ValueError) as e:
@@ -561,7 +535,7 @@ def _decode(header, arrays, source):
         raise FitFileError(f"{source}: params is not a JSON object")
     params = {k: dec(v, f"params.{k}") for k, v in header["params"].items()}
     try:
-        _require_params(gp, "load_fit", params)
+        require_params(gp, "load_fit", params)
     except ValueError as e:
         raise FitFileError(f"{source}: the params do not match the approximation's guide: {e}") from None
     return gp, params

@@ -174,7 +174,7 @@ def fit(model, t, y, *, warmup, samples, seed=0):
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-    from inference.runner import fit_nuts
+    from inference.benchmarks.harness import fit_nuts
 
     with harness.clock() as c:
         mcmc, _ = fit_nuts(model, t, y, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
@@ -219,7 +219,7 @@ def gradient_costs(sizes, setting):
     yearly cycle plus noise, since only the cost is measured there)."""
     import numpy as np
 
-    from inference.benchmarks.pines import gradient_cost
+    from inference.benchmarks.harness import gradient_cost
 
     out = {}
     for n in sizes:

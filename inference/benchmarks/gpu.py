@@ -44,7 +44,7 @@ first call).
    sampling time (wall minus compilation), min bulk ESS per sampling second (NumPyro's
    ``effective_sample_size``: no ArviZ needed), R-hat, and each hyperparameter's distance to the stored
    exact posterior (``results/pines.json``), |mean − exact mean| / exact sd; also ms per gradient of the
-   potential (``pines.gradient_cost``) beside the stored CPU row. ``--quick``: 2 chains × (30 + 30),
+   potential (``harness.gradient_cost``) beside the stored CPU row. ``--quick``: 2 chains × (30 + 30),
    8 frequencies per axis (a smoke run: its distances are not the main job's).
 
 The GPU run, its wheels and its time estimate: ``inference/benchmarks/GPU.md``.
@@ -276,7 +276,7 @@ def pines_part(sizes, args, progress=None):
             r.update(dtype=dtype, data_dtype=str(jnp.asarray(spec.y).dtype), compile_s=c.compile,
                      sampling_s=c.wall - c.compile)
             r["min_bulk_ess_per_sampling_s"] = r["min_bulk_ess"] / r["sampling_s"]
-            r["gradient_compile_s"], r["ms_per_gradient"] = bench.gradient_cost(spec.gp.model, data)
+            r["gradient_compile_s"], r["ms_per_gradient"] = harness.gradient_cost(spec.gp.model, data)
         r["distance"] = bench.distance(r, exact)
         r["max_distance"] = max(v["sd_distance"] for v in r["distance"].values())
         rows.append(r)

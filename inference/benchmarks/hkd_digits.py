@@ -22,7 +22,8 @@ prints a Markdown table and writes ``results/hkd_digits.json``.
 from __future__ import annotations
 
 from inference.benchmarks import harness
-from inference.benchmarks.hkd_uci import chosen_methods, fit_interleaved, training_parser
+from inference.benchmarks.harness import fit_interleaved
+from inference.benchmarks.hkd_uci import chosen_methods, training_parser
 
 METHODS = ("SVGP-m", "SVGP-4m", "FLIP 4xm", "NEG 4xm")
 

@@ -56,58 +56,9 @@ def chosen_methods(args, methods):
     return chosen
 
 
-def fit_interleaved(gps: dict, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0,
-                    block: int = 50):
-    """SVI (TraceMeanField_ELBO, Adam) of several models on the same data for ``steps`` minibatch steps
-    each, one jitted update per model, run in interleaved blocks of ``block`` steps.
-
-    :returns: ``{name: (params, timing, losses)}``; timing has ``compile_s`` (initialisation and the first
-        step, compilation included) and the median over the other steps, each timed on its own, of the
-        process CPU time and the wall-clock time per iteration (``ms_per_iter_cpu``, ``ms_per_iter_wall``).
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import numpyro
-    from numpyro.infer import SVI, TraceMeanField_ELBO
-
-    X, y = jnp.asarray(X), jnp.asarray(y)
-    runs = {}
-    for name, gp in gps.items():
-        svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(lr), TraceMeanField_ELBO())
-        t0 = time.perf_counter()
-        state = jax.jit(lambda key, svi=svi: svi.init(key, X, y, batch_size=batch_size))(jax.random.PRNGKey(seed))
-        update = jax.jit(lambda s, svi=svi: svi.update(s, X, y, batch_size=batch_size))
-        state, loss = update(state)
-        jax.block_until_ready(loss)
-        runs[name] = {"svi": svi, "update": update, "state": state, "compile_s": time.perf_counter() - t0,
-                      "cpu": [], "wall": [], "losses": []}
-    done = 1
-    while done < steps:
-        n = min(block, steps - done)
-        for r in runs.values():
-            update, state = r["update"], r["state"]
-            for _ in range(n):
-                c, w = time.process_time(), time.perf_counter()
-                state, loss = update(state)
-                jax.block_until_ready(loss)
-                r["cpu"].append(time.process_time() - c)
-                r["wall"].append(time.perf_counter() - w)
-            r["state"] = state
-            r["losses"].append(float(loss))
-        done += n
-    out = {}
-    for name, r in runs.items():
-        timing = {"compile_s": r["compile_s"], "ms_per_iter_cpu": 1e3 * float(np.median(r["cpu"])),
-                  "ms_per_iter_wall": 1e3 * float(np.median(r["wall"])),
-                  "ms_per_iter_cpu_q10_q90": [1e3 * float(q) for q in np.quantile(r["cpu"], [0.1, 0.9])]}
-        out[name] = (r["svi"].get_params(r["state"]), timing, r["losses"])
-    return out
-
-
 def fit_timed(gp, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0, block: int = 50):
-    """:func:`fit_interleaved` of one model: ``(params, timing, losses)``."""
-    return fit_interleaved({"model": gp}, X, y, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+    """:func:`~inference.benchmarks.harness.fit_interleaved` of one model: ``(params, timing, losses)``."""
+    return harness.fit_interleaved({"model": gp}, X, y, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
                            block=block)["model"]
 
 
@@ -148,7 +99,7 @@ def run(dataset, split, methods, args, data=None, timer=time.process_time):
 
     X, y, X_test, y_test, scaler = uci_hkd.load(dataset, split) if data is None else data
     gps = {method: uci_hkd.make_gp(X, seed=split, **method_config(method, args.m)) for method in methods}
-    fits = fit_interleaved(gps, X, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=split)
+    fits = harness.fit_interleaved(gps, X, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=split)
     sub = subsample_ms(len(X), args.batch_size, seed=split, timer=timer)
     rows = []
     for method, gp in gps.items():

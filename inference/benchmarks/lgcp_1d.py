@@ -127,13 +127,12 @@ def vff_square_model(x, y, feature):
 
 
 def run(model, args, *, chains, warmup, samples, seed=0, chain_method="sequential"):
-    """NUTS (the runner's :func:`fit_nuts`); CPU seconds include compilation."""
+    """NUTS (the harness's :func:`~inference.benchmarks.harness.fit_nuts`); CPU seconds include compilation."""
     import jax
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-    from inference.benchmarks.pines import gradient_cost
-    from inference.runner import fit_nuts
+    from inference.benchmarks.harness import fit_nuts, gradient_cost
 
     with harness.clock() as c:
         mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,

@@ -94,16 +94,6 @@ def hsgp_model(axes, y, m, ell):
     numpyro.sample("y", dist.Poisson(jnp.exp(f + c)), obs=y)
 
 
-def gradient_cost(model, args, repeats=200):
-    """(compile s, ms per gradient) of the jitted value-and-gradient of the model's potential."""
-    import jax
-    from numpyro.infer.util import initialize_model
-
-    info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
-    t = harness.timed(jax.value_and_grad(info.potential_fn), info.param_info.z, repeats=repeats)
-    return t.compile_s, 1e3 * t.mean_s
-
-
 def gradient_table(spec, basis, ell_min, *, rounds, repeats):
     """Rows of the ``--gradients`` mode: ms per gradient of HSGP and VFF (rule box, projected) per basis
     count, interleaved rounds (the machine's drift hits both alike)."""
@@ -160,7 +150,7 @@ def _posterior_stats(draws: dict) -> dict:
 
 def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False,
              chain_method=None):
-    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; the runner's :func:`fit_nuts`), chains
+    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; the harness's :func:`fit_nuts`), chains
     one after another (or in parallel on as many host devices; ``chain_method`` overrides either, e.g.
     ``"vectorized"``: every chain on one device, as on a GPU). With ``target_ess`` the chains are extended
     by ``samples`` draws per round (from the adapted state) until every hyperparameter has bulk ESS ≥
@@ -169,7 +159,7 @@ def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, m
     import numpy as np
     from numpyro.infer import init_to_value
 
-    from inference.runner import fit_nuts
+    from inference.benchmarks.harness import fit_nuts
     from models.pines import INIT
 
     draws, steps, divergences = {k: [] for k in HYPER}, [], 0
@@ -353,7 +343,7 @@ def main(argv=None):
         model, a = build_model("exact", 64, None, spec)
         r = run_nuts(model, a, chains=4, warmup=1000, samples=1000, seed=args.seed, target_ess=400, max_rounds=5,
                      parallel=True)
-        r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
+        r["compile_s"], r["ms_per_gradient"] = harness.gradient_cost(model, a)
         r["cores"] = machine["cores"]
         exact = references.add({"name": "exact", **r})
         print(_exact_line(exact))
@@ -374,7 +364,7 @@ def main(argv=None):
                 continue
             model, a = build_model(kind, size, box, spec, residual)
             r = run_nuts(model, a, chains=args.chains, warmup=warmup, samples=samples, seed=args.seed)
-            r["compile_s"], r["ms_per_gradient"] = gradient_cost(model, a)
+            r["compile_s"], r["ms_per_gradient"] = harness.gradient_cost(model, a)
             r["distance"] = distance(r, exact)
             r.update(name=name, kind=kind, size=size, box=box, residual=residual)
             store.add(r)

@@ -106,7 +106,7 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     import numpyro.distributions as dist
     from numpyro.infer import Trace_ELBO
 
-    from inference.runner import fit_svi
+    from inference.benchmarks.harness import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, Param, SquaredExponential
     from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
@@ -142,7 +142,7 @@ def fit_svgp(name, seed, steps, lr=0.01):
     import numpy as np
     import numpyro.distributions as dist
 
-    from inference.runner import fit_svi
+    from inference.benchmarks.harness import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, InducingPoints, Param, SparseGP, SquaredExponential
     from ppl_sparsegp.diagnostics import mixture_metrics

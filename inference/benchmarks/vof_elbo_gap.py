@@ -105,7 +105,7 @@ def svi_gap(kernel, X, y, exact, q_cov, steps, seed):
     import jax
     from numpyro.distributions import constraints
 
-    from inference.runner import fit_svi
+    from inference.benchmarks.harness import fit_svi
     from ppl_sparsegp import Gaussian, Param, SparseGP, TrigonometricFeatures
 
     feature = TrigonometricFeatures(31, band=Param(5.0, constraints.positive), estimator="stratified",

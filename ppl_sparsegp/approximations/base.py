@@ -6,8 +6,6 @@ Site names: ``kernel_<field>`` (``kernel_<d>_<field>`` for additive/product kern
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -23,64 +21,17 @@ from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
 from ..sharding import is_distributed, local_blocks
+from ._shared import require_params, require_samples
 
 __all__ = ["GPModel"]
 
 
-def _site_names(gp, fn, kind: str) -> list:
-    """Names of the ``kind`` ("param" or "sample") sites that ``fn`` (the guide, or the model's
-    components) creates, found by tracing it abstractly (``jax.eval_shape``: no FLOPs, and no concrete
-    values needed, so it also works under ``jit``); cached on the model."""
-    cache = gp.__dict__.setdefault("_site_names", {})
-    key = (getattr(fn, "__name__", repr(fn)), kind)
-    if key not in cache:
-        names = []
-
-        def run():
-            with handlers.block():
-                tr = handlers.trace(handlers.seed(fn, rng_seed=0)).get_trace()
-            names.extend(name for name, site in tr.items()
-                         if site["type"] == kind and not site.get("is_observed", False))
-            return 0
-
-        jax.eval_shape(run)
-        cache[key] = tuple(names)
-    return list(cache[key])
 
 
-def _require(method: str, argument: str, given: dict, required, hint: str):
-    """Raise ``ValueError`` naming the entries of ``required`` that ``given`` lacks (a name ``<site>_map``
-    may also be given as ``<site>``), and the keys of ``given`` that match none of them (typos, or values
-    for another model). Nothing is substituted silently: a missing param would fall back to its initial
-    value, a missing sample site to a prior draw."""
-    keys = set(given)
-    missing = [n for n in required if n not in keys and not (n.endswith("_map") and n[:-4] in keys)]
-    if not missing:
-        return
-    known = set(required) | {n[:-4] for n in required if n.endswith("_map")}
-    unexpected = sorted(k for k in keys if k not in known)
-    msg = f"{method}: {argument} is missing {', '.join(repr(n) for n in missing)}"
-    if unexpected:
-        msg += f"; it has unexpected {', '.join(repr(k) for k in unexpected)}"
-    raise ValueError(f"{msg} ({hint})")
 
 
-def _require_params(gp, method: str, params: dict):
-    """Every param the model's guide creates must be in ``params`` (SVI on another guide, a misspelt key
-    or a partial dict would otherwise silently use initial values)."""
-    if not isinstance(params, Mapping):
-        raise TypeError(f"{method}: params must be a dict (svi_result.params), got {type(params).__name__}")
-    _require(method, "params", params, _site_names(gp, gp.guide, "param"),
-             "pass svi_result.params from SVI on this model's guide")
 
 
-def _require_samples(gp, method: str, samples: dict, *latent):
-    """Every sampled hyperparameter (and the ``latent`` sites) must have draws in ``samples``; a missing
-    site would otherwise be drawn from its prior with a fixed seed."""
-    if not isinstance(samples, Mapping):
-        raise TypeError(f"{method}: samples must be a dict (mcmc.get_samples()), got {type(samples).__name__}")
-    _require(method, "samples", samples, _site_names(gp, gp.components, "sample") + list(latent),
-             "pass mcmc.get_samples() from MCMC on this model")
 
 
 def check_targets(X, y):
@@ -196,6 +147,19 @@ class GPModel:
         y).predict(X_new, params=... or samples=...)`` serves every approximation."""
         return self
 
+    def constructor_argument(self, name: str):
+        """The value of the constructor argument ``name`` that rebuilds this approximation, as
+        ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.fits.save_fit`
+        records): the instance attribute of that name. A subclass whose constructor keeps an argument under
+        another form overrides this for that argument.
+
+        :param name: a constructor argument of ``type(self)``.
+        :raises AttributeError: when no attribute holds it.
+        """
+        if name in vars(self):
+            return vars(self)[name]
+        raise AttributeError(name)
+
     def point_guide(self, *args, **kwargs):
         """Guide with a point mass (Delta at a constrained param ``<site>_map``) on every hyperparameter."""
         return self.components(point=True)
@@ -224,10 +188,10 @@ class GPModel:
             return m + c, v, v + likelihood.variance
 
         if params is not None:
-            _require_params(self, "predict", params)
+            require_params(self, "predict", params)
             m, v, yv = one(self.point_values(params))
             return {"f_mean": m, "f_var": v, "y_mean": m, "y_var": yv}
-        _require_samples(self, "predict", samples)
+        require_samples(self, "predict", samples)
         ms, vs, yvs = jax.lax.map(one, samples)
         return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0), "y_mean": ms.mean(0),
                 "y_var": yvs.mean(0) + ms.var(0), "f_mean_draws": ms, "f_var_draws": vs, "y_var_draws": yvs}

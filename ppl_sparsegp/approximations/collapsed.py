@@ -48,7 +48,8 @@ from ..likelihoods import Gaussian
 from ..linalg import Dense
 from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
-from .base import GPModel, _require, _site_names, check_targets
+from ._shared import require, site_names
+from .base import GPModel, check_targets
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]
@@ -252,12 +253,16 @@ class CollapsedGP(GPModel):
         for the given (X, y) or ``statistics``, else the data the model holds (:meth:`with_data`)."""
         if X is None and y is None and statistics is None and self.precomputed is None:
             X, y = self._training_data("optimal_q")
-        _require(f"{type(self).__name__}.optimal_q", "values", values,
-                 _site_names(self, self.components, "sample"),
-                 "pass gp.point_values(svi_result.params) or one draw of mcmc.get_samples()")
+        require(f"{type(self).__name__}.optimal_q", "values", values,
+                site_names(self, self.components, "sample"),
+                "pass gp.point_values(svi_result.params) or one draw of mcmc.get_samples()")
         kernel, likelihood, feature, c = self.components_from(values)
         stats, _ = self._centred_statistics(feature, kernel, c, X, y, statistics)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
+
+    def constructor_argument(self, name: str):
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
+        return self.precomputed if name == "statistics" else super().constructor_argument(name)
 
     def with_data(self, X, y) -> "CollapsedGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow

@@ -65,8 +65,8 @@ from ..linalg.woodbury import (
 )
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
 from . import _checks
+from ._shared import as_inputs as _as_inputs, project as _project, require_model as _require_model
 from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance
-from .primitives import _as_inputs, _project, _require_model
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
 

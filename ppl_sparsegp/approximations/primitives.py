@@ -42,16 +42,15 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-from ..compat import inside_model_run
-from ..conditionals import conditional, projected_mean
+from ..conditionals import conditional
 from ..covariances import Kuu
 from ..features.base import current_feature
 from ..gaussian import StructuredNormal
-from ..kernels import check_inputs
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
 from . import _checks
+from ._shared import as_inputs, project, require_model
 from .variational import resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
@@ -87,12 +86,6 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
     return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm), infer=infer), Kmm
 
 
-def _as_inputs(X, name):
-    """(N, D) inputs; a vector of shape (N,) is one input dimension (as ``numpyro.contrib.hsgp`` takes)."""
-    if not hasattr(X, "points") and jnp.ndim(X) == 1:
-        with jax.ensure_compile_time_eval():  # data stays concrete inside a trace (so Kuf can be a constant)
-            X = jnp.asarray(X)[:, None]
-    return check_inputs(X, name)
 
 
 def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = True,
@@ -148,12 +141,12 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     (each output's Kuu is then only a factor in its projection). Features whose Kuf does not depend on
     the hyperparameters (VFF inside its box) still compute it once: it is not batched.
     """
-    _require_model("spectral_gp")
+    require_model("spectral_gp")
     _check_spectral_gp(name, feature, kernel, batched_kernel)
     feature = current_feature(feature)
     kernel = instantiate(kernel, f"{name}_kernel_") if free_leaves(kernel) else kernel
     _warn_tangled_lengthscale(feature, kernel)
-    X = feature.check_inputs(_as_inputs(X, "X"))
+    X = feature.check_inputs(as_inputs(X, "X"))
     if not batched_kernel:
         _checks.check_lengthscale_dims(kernel, X.shape[1], "spectral_gp")
     if batched_kernel:
@@ -166,7 +159,7 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     out = (mean, var) if return_variance else mean
     if X_new is None:
         return out
-    X_new = feature.warn_outside(feature.check_inputs(_as_inputs(X_new, "X_new"), "X_new"), "X_new", kernel=kernel)
+    X_new = feature.warn_outside(feature.check_inputs(as_inputs(X_new, "X_new"), "X_new"), "X_new", kernel=kernel)
     mean_new, var_new = project(X_new)
     numpyro.deterministic(f"{name}_new", mean_new)
     return out, ((mean_new, var_new) if return_variance else mean_new)
@@ -179,20 +172,14 @@ def _check_spectral_gp(name, feature, kernel, batched_kernel):
     _checks.check_template_outside_plates(kernel, f"{name}_kernel_", batched=batched_kernel, shared_only=False)
 
 
-def _require_model(primitive: str):
-    """Refuse a primitive called outside a model's run (it adds sample sites)."""
-    if not inside_model_run():  # NumPyro's handler stack: empty outside a model's run
-        raise ValueError(f"{primitive} adds sample sites: call it inside a NumPyro model run by an inference "
-                         "engine (MCMC, SVI, Predictive) or under numpyro.handlers.seed(model, rng_seed=0)")
 
 
 def _warn_tangled_lengthscale(feature, kernel):
     """Random Fourier features scale their frequencies with 1/ℓ: with a lengthscale that is sampled (a
-    traced value) NUTS does not mix (measured: R-hat 1.85, bulk ESS 3 for ℓ), so say so."""
-    from ..features.random_fourier import RandomFourierFeatures
-
+    traced value) NUTS does not mix (measured: R-hat 1.85, bulk ESS 3 for ℓ), so say so (a family says
+    it by :attr:`~ppl_sparsegp.features.InducingFeature.moves_with_lengthscale`)."""
     ls = getattr(kernel, "lengthscale", None)
-    if isinstance(feature, RandomFourierFeatures) and ls is not None and not is_concrete(ls):
+    if feature.moves_with_lengthscale and ls is not None and not is_concrete(ls):
         warnings.warn("spectral_gp with RandomFourierFeatures and a sampled lengthscale: the frequencies scale "
                       "with 1/ℓ, so the weights and ℓ are tangled and NUTS mixes poorly (measured: R-hat 1.85, "
                       "bulk ESS 3 for ℓ); use ImportanceFourierFeatures.from_proposal(kernel at ℓ_min, ...), whose "
@@ -228,29 +215,15 @@ def _batched_projection(name, feature, kernel, whiten):
 
 
 def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
-    """:func:`_project` block by block where the rows of X live (one device's Kuf block when X is
+    """:func:`~._shared.project` block by block where the rows of X live (one device's Kuf block when X is
     sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
     inducing value's batch dimensions. Without ``need_var`` the variance is None (not computed)."""
     lead = jnp.ndim(value) - 1
     if not need_var:
-        return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm, False), X, out_rows=lead), None
-    return map_rows(lambda Xs: _project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
+        return map_rows(lambda Xs: project(feature, kernel, Xs, value, whiten, Kmm, False), X, out_rows=lead), None
+    return map_rows(lambda Xs: project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
 
 
-def _project(feature, kernel, X, value, whiten, Kmm, need_var=True):
-    r"""E[f(X) | u] and the residual variance (without ``need_var``: the mean alone,
-    :func:`~ppl_sparsegp.conditionals.projected_mean`); inside ``numpyro.plate``\ s the inducing value has
-    leading batch dimensions (one latent function per output or group) and the means come back with the
-    same leading dimensions, (..., N), from ONE Kuf and one solve with a matrix right-hand side."""
-    batched = jnp.ndim(value) > 1
-    q_mu = jnp.reshape(value, (-1, jnp.shape(value)[-1])).T if batched else value
-    if need_var:
-        mean, var = conditional(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
-    else:
-        mean = projected_mean(feature, kernel, X, q_mu, whiten=whiten, Kmm=Kmm)
-    if batched:
-        mean = jnp.reshape(mean.T, jnp.shape(value)[:-1] + (-1,))  # (N, B) -> (..., N)
-    return (mean, var) if need_var else mean
 
 
 def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):

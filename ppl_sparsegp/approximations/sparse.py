@@ -38,9 +38,10 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
 from ..sharding import map_rows
-from .base import GPModel, _require_params, _require_samples
+from ._shared import require_params, require_samples
+from .base import GPModel
 from .primitives import inducing_prior
-from .variational import resolve_q_family
+from .variational import q_cov_name, resolve_q_family
 
 __all__ = ["SparseGP"]
 
@@ -199,7 +200,7 @@ class SparseGP(GPModel):
     def _fitted(self, params: dict, method: str):
         """(kernel, likelihood, feature, c, Kmm, loc, S) at SVI params (all of the guide's: a missing one
         raises ``ValueError``)."""
-        _require_params(self, method, params)
+        require_params(self, method, params)
         values = self.point_values(params)
         kernel, likelihood, feature, c = self.components_from(values)
         Kmm = Kuu(feature, kernel)
@@ -235,6 +236,15 @@ class SparseGP(GPModel):
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
 
+    def constructor_argument(self, name: str):
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov`` is the name of the q family
+        (the string :func:`~ppl_sparsegp.approximations.variational.resolve_q_family` takes back).
+
+        :raises ValueError: for ``q_cov`` a user-defined callable (no name rebuilds it)."""
+        if name == "q_cov":
+            return q_cov_name(self.q_family)
+        return super().constructor_argument(name)
+
     def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
         """Predictive marginals at X_new.
 
@@ -265,7 +275,7 @@ class SparseGP(GPModel):
             ym, yv = likelihood.predict_mean_and_var(m + c, v)
             return m + c, v, ym, yv
 
-        _require_samples(self, "predict", samples, self.site)
+        require_samples(self, "predict", samples, self.site)
         ms, vs, yms, yvs = jax.lax.map(one, samples)
         return {"f_mean": ms.mean(0), "f_var": vs.mean(0) + ms.var(0),  # law of total variance
                 "y_mean": yms.mean(0), "y_var": yvs.mean(0) + yms.var(0),

@@ -69,7 +69,8 @@ from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sa
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
 from ..parameters import initial_value, instantiate
-from .base import GPModel, _require, _site_names
+from ._shared import require, site_names
+from .base import GPModel
 from .collapsed import optimal_whitened_q
 
 __all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
@@ -280,6 +281,15 @@ class SparseSpectrumGP(GPModel):
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
     # --- prediction ---------------------------------------------------------------------------------
+    def constructor_argument(self, name: str):
+        """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
+        ``num_frequencies`` and ``input_dim`` are not used, None)."""
+        if name == "frequencies":
+            return self.feature.frequencies
+        if name in ("num_frequencies", "input_dim"):
+            return None
+        return super().constructor_argument(name)
+
     def with_data(self, X, y) -> "SparseSpectrumGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
         copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
@@ -314,9 +324,9 @@ class SparseSpectrumGP(GPModel):
         the given (X, y), else the data the model holds (:meth:`with_data`)."""
         if X is None and y is None:
             X, y = self._training_data("optimal_q")
-        _require(f"{type(self).__name__}.optimal_q", "values", values,
-                 _site_names(self, self.components, "sample"),
-                 "pass gp.point_values(svi_result.params) or one particle of SteinResult.values()")
+        require(f"{type(self).__name__}.optimal_q", "values", values,
+                site_names(self, self.components, "sample"),
+                "pass gp.point_values(svi_result.params) or one particle of SteinResult.values()")
         X, y = self._checked_data(X, y)
         return self._weight_posterior(self.components_from(values), X, y)
 

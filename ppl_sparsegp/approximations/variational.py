@@ -164,3 +164,17 @@ def resolve_q_family(q_cov):
     return q_cov
 
 
+def q_cov_name(family) -> str:
+    """The inverse of :func:`resolve_q_family` for the library's families: the ``q_cov`` string that gives
+    ``family`` (what a saved fit records).
+
+    :raises ValueError: for a user-defined callable (no name rebuilds it).
+    """
+    if family is _auto:
+        return "auto"
+    for name, f in _FAMILIES.items():
+        if family is f:
+            return name
+    raise ValueError(f"q_cov is a user-defined callable ({getattr(family, '__qualname__', family)!r}); "
+                     f"a fit can hold the q families of ppl_sparsegp only: 'auto', "
+                     f"{', '.join(repr(n) for n in _FAMILIES)}")

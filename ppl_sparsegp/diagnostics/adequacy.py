@@ -49,10 +49,6 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     :raises ValueError: for a ``tolerance`` outside (0, 1), empty ``samples``, or a feature without
         ``kernel``.
     """
-    from ..approximations.base import GPModel
-    from ..conditionals import conditional
-    from ..parameters import free_sites, instantiate
-
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
     if hasattr(samples, "posterior"):
@@ -62,6 +58,24 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
         raise ValueError("samples is empty")
     flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
     X = X if isinstance(X, Grid) else check_inputs(jnp.asarray(X)[:, None] if jnp.ndim(X) == 1 else X, "X")
+    parts, feature, hyper = _draw_parts(gp_or_feature, kernel, name, params)
+    r = _residual_fractions(parts, flat, X, hyper)
+    med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
+    ok = med <= tolerance
+    summary = (f"the features miss {100 * med:.2g}% of the prior variance at the data in the median draw, "
+               f"{100 * q95:.2g}% at the 95% quantile (tolerance {100 * tolerance:g}% for the median)")
+    if ok:
+        message = f"adequate: {summary}"
+    else:
+        message = f"inadequate: {summary}; {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}"
+    return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
+
+
+def _draw_parts(gp_or_feature, kernel, name, params):
+    """``(parts, feature, hyper)``: ``parts(draw) -> (feature, kernel)`` concrete for one draw, the feature
+    (template) whose adequacy is checked, and the hyperparameter sites (None: unknown, a callable kernel)."""
+    from ..approximations.base import GPModel
+    from ..parameters import free_sites, instantiate
 
     if isinstance(gp_or_feature, GPModel):
         gp = gp_or_feature
@@ -69,21 +83,26 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
         def parts(draw):
             k, _, f, _ = gp.components_from({**gp.point_values(params or {}), **draw})
             return f, k
-        feature, hyper = gp.feature, set(gp.hyperparameter_sites())
-    else:
-        feature = gp_or_feature
-        if kernel is None:
-            raise ValueError("adequacy(feature, ...) needs kernel=: a callable draw -> kernel, the kernel "
-                             "template given to spectral_gp, or a concrete kernel")
-        by_draw = callable(kernel) and not hasattr(kernel, "diag")
-        hyper = None if by_draw else set(free_sites(kernel, f"{name}_kernel_"))
+        return parts, gp.feature, set(gp.hyperparameter_sites())
+    feature = gp_or_feature
+    if kernel is None:
+        raise ValueError("adequacy(feature, ...) needs kernel=: a callable draw -> kernel, the kernel "
+                         "template given to spectral_gp, or a concrete kernel")
+    by_draw = callable(kernel) and not hasattr(kernel, "diag")
+    hyper = None if by_draw else set(free_sites(kernel, f"{name}_kernel_"))
 
-        def parts(draw):
-            if by_draw:
-                return feature, kernel(draw)
-            from numpyro import handlers
-            with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
-                return feature, instantiate(kernel, f"{name}_kernel_")
+    def parts(draw):
+        if by_draw:
+            return feature, kernel(draw)
+        from numpyro import handlers
+        with handlers.block(), handlers.seed(rng_seed=0), handlers.substitute(data=draw):
+            return feature, instantiate(kernel, f"{name}_kernel_")
+    return parts, feature, hyper
+
+
+def _residual_fractions(parts, flat, X, hyper):
+    """r_s per draw (S,): the conditional variance at ``q_cov=None`` over the prior variance at X."""
+    from ..conditionals import conditional
 
     def one(draw):
         f, k = parts(draw)
@@ -97,16 +116,7 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     # estimates: SVI, MAP) one draw says it (each draw recomputes Kuf at every input: minutes at large N)
     same = hyper is not None and all(k not in flat or bool(np.all(flat[k] == flat[k][:1])) for k in hyper)
     r = np.asarray(jax.jit(lambda d: jax.lax.map(one, d))({k: v[:1] for k, v in flat.items()} if same else flat))
-    r = np.full(S, r[0]) if same else r
-    med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
-    ok = med <= tolerance
-    summary = (f"the features miss {100 * med:.2g}% of the prior variance at the data in the median draw, "
-               f"{100 * q95:.2g}% at the 95% quantile (tolerance {100 * tolerance:g}% for the median)")
-    if ok:
-        message = f"adequate: {summary}"
-    else:
-        message = f"inadequate: {summary}; {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}"
-    return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
+    return np.full(S, r[0]) if same else r
 
 
 def add_adequacy(idata, result: dict):
@@ -162,29 +172,9 @@ def _check_result(result):
 
 
 def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:
-    """The fix, from the posterior's lengthscales where a rule exists (VFF: the box 3 lengthscales, at
-    the 95% quantile, beyond the data; M to resolve the 5% quantile over that box, as
-    ``FourierFeatures.from_data``)."""
-    from ..features import FourierFeatures, InducingPoints
-
+    """The fix: the family's own rule (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`),
+    from the posterior's lengthscales where it has one (VFF)."""
     ells = next((np.asarray(flat[s]) for s in ("kernel_lengthscale", f"{name}_kernel_lengthscale") if s in flat),
                 None)
-    if isinstance(feature, FourierFeatures) and ells is not None:
-        from ..features.fourier import frequencies_needed
-
-        short, long = float(np.quantile(ells, 0.05)), float(np.quantile(ells, 0.95))
-        nu = float(getattr(getattr(gp_or_feature, "kernel", kernel), "nu", 1.5))
-        x = np.asarray(X.points() if isinstance(X, Grid) else X)[:, 0]
-        lo, hi = min(float(x.min()) - 3 * long, feature.a), max(float(x.max()) + 3 * long, feature.b)
-        need = frequencies_needed(lo, hi, short, nu, tolerance / 2)  # from_data's rule
-        tips = []
-        if (lo, hi) != (feature.a, feature.b):
-            tips.append(f"widen the box to [{lo:.4g}, {hi:.4g}] (3 lengthscales beyond the data at the 95% "
-                        f"quantile {long:.3g})")
-        if need > feature.num_frequencies:
-            tips.append(f"increase num_frequencies to {need} (to resolve the 5% lengthscale quantile "
-                        f"{short:.3g} over that box)")
-        return "; ".join(tips) or "increase num_frequencies"
-    if isinstance(feature, InducingPoints):
-        return "add inducing points (or place them where the data are)"
-    return "increase the number of features"
+    points = X.points() if isinstance(X, Grid) else X
+    return feature.adequacy_advice(ells, points, getattr(gp_or_feature, "kernel", kernel), tolerance)

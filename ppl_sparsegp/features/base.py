@@ -75,6 +75,11 @@ class InducingFeature(Module):
     #: while any of them is free (a prior or a parameter), since the statistics would be for one value.
     kuf_kernel_fields: tuple = ()
 
+    #: Whether the family's functions move with the kernel's lengthscale, as random Fourier features do
+    #: (every frequency scales with 1/ℓ). With a sampled lengthscale the weights and ℓ are then tangled
+    #: and NUTS mixes poorly, so :func:`~ppl_sparsegp.spectral_gp` warns.
+    moves_with_lengthscale: bool = False
+
     def refined(self) -> "InducingFeature":
         """A finer feature of the same family (the refinement check's alternative): VFF doubles its
         highest frequency on the same box. Families without a rule raise ``NotImplementedError``."""
@@ -102,6 +107,19 @@ class InducingFeature(Module):
     def check_inputs(self, X, name: str = "X"):
         """Validate inputs for this feature (domain checks); returns X. Families override."""
         return X
+
+    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+        """The fix :func:`~ppl_sparsegp.diagnostics.adequacy` proposes when these features miss too much
+        of the prior variance at the data. Families with a rule override (VFF: from the posterior's
+        lengthscales; inducing points).
+
+        :param lengthscales: the posterior draws of the lengthscale, or None where the draws hold none.
+        :param X: the training inputs, (N, D).
+        :param kernel: the kernel (template or concrete), or a user's callable ``draw -> kernel``.
+        :param tolerance: the check's tolerance for the median residual fraction.
+        :returns: the advice, one clause.
+        """
+        return "increase the number of features"
 
     def warn_outside(self, X, name: str = "X_new", *, kernel=None):
         """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features

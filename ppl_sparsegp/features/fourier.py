@@ -182,6 +182,26 @@ class FourierFeatures(InducingFeature):
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
+    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+        """The fix from the posterior's lengthscales
+        (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`): the box 3 lengthscales, at the
+        95% quantile, beyond the data; M to resolve the 5% quantile over that box, as :meth:`from_data`."""
+        if lengthscales is None:
+            return super().adequacy_advice(lengthscales, X, kernel, tolerance)
+        short, long = float(np.quantile(lengthscales, 0.05)), float(np.quantile(lengthscales, 0.95))
+        nu = float(getattr(kernel, "nu", 1.5))
+        x = np.asarray(X)[:, 0]
+        lo, hi = min(float(x.min()) - 3 * long, self.a), max(float(x.max()) + 3 * long, self.b)
+        need = frequencies_needed(lo, hi, short, nu, tolerance / 2)  # from_data's rule
+        tips = []
+        if (lo, hi) != (self.a, self.b):
+            tips.append(f"widen the box to [{lo:.4g}, {hi:.4g}] (3 lengthscales beyond the data at the 95% "
+                        f"quantile {long:.3g})")
+        if need > self.num_frequencies:
+            tips.append(f"increase num_frequencies to {need} (to resolve the 5% lengthscale quantile "
+                        f"{short:.3g} over that box)")
+        return "; ".join(tips) or "increase num_frequencies"
+
     def omegas(self, dtype=None):
         """ω_m = 2πm/(b − a), m = 0..M−1."""
         w = 2 * math.pi * np.arange(self.num_frequencies) / (self.b - self.a)  # static: no program to compile

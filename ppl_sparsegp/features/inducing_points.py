@@ -40,6 +40,10 @@ class InducingPoints(InducingFeature):
             raise ValueError("Z has no rows: give at least one inducing input, shape (M, D) with M >= 1")
         self._set(Z=Z, jitter=jitter)
 
+    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+        """More inducing points, or better placed (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`)."""
+        return "add inducing points (or place them where the data are)"
+
     def check_inputs(self, X, name="X"):
         X = check_inputs(X, name)
         D = np.shape(self.Z.init if isinstance(self.Z, Param) else self.Z)[1]

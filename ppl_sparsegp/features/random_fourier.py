@@ -87,6 +87,7 @@ class RandomFourierFeatures(InducingFeature):
     """
 
     _params = ("frequencies",)
+    moves_with_lengthscale = True  # Ω/ℓ: the functions move with ℓ
 
     def __init__(self, frequencies):
         if is_concrete(frequencies):
