@@ -24,3 +24,17 @@ def dense_posterior(X, y, Xs, kernel=KERNEL, noise=NOISE):
     mean = Ks @ np.linalg.solve(K, np.asarray(y))
     cov = Kss - Ks @ np.linalg.solve(K, Ks.T)
     return mean, np.diag(cov)
+
+
+def assert_draws_match_conditional(draws, sites, y, m, C, S):
+    """Predictive draws at new inputs against the dense Gaussian conditional given y ~ N(m, C): for each
+    ``(site, cross, prior, mean0)`` (cross = Cov(f_new, y), prior = Cov(f_new)), the draws' mean within
+    4.5 Monte Carlo sd of ``mean0 + cross C⁻¹ (y − m)`` and their sample covariance within 0.1·max variance
+    (≈ 5 standard errors of S draws) of ``prior − cross C⁻¹ crossᵀ``."""
+    for site, cross, prior, mean0 in sites:
+        mean = mean0 + cross @ np.linalg.solve(C, y - m)
+        cov = prior - cross @ np.linalg.solve(C, cross.T)
+        got = np.asarray(draws[site])
+        z = (got.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
+        assert np.max(np.abs(z)) < 4.5, (site, z)
+        np.testing.assert_allclose(np.cov(got.T), cov, atol=0.1 * np.max(np.diag(cov)))

@@ -8,6 +8,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 from numpyro.infer import Predictive
+from regression import assert_draws_match_conditional
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.exact_marginal import ExactMarginalGaussian
@@ -78,18 +79,11 @@ def test_exact_draws_at_new_inputs_match_the_dense_conditional():
     B = np.diag(BETA_SD**2)
     S = 4000
     draws = Predictive(model, num_samples=S)(jax.random.PRNGKey(1), y, x_new)
-    for site, cross, prior, mean0 in [
-            ("trend_new", _k(TREND_K, x_new, x), _k(TREND_K, x_new, x_new), 0.0),
-            ("season_new", _k(SEASON_K, x_new, x), _k(SEASON_K, x_new, x_new), 0.0),
-            ("y_new", _k(TREND_K, x_new, x) + _k(SEASON_K, x_new, x) + Hn @ B @ H.T,
-             _k(TREND_K, x_new, x_new) + _k(SEASON_K, x_new, x_new) + Hn @ B @ Hn.T, Hn @ BETA_LOC)]:
-        mean = mean0 + cross @ np.linalg.solve(C, y - m)
-        cov = prior - cross @ np.linalg.solve(C, cross.T)
-        got = np.asarray(draws[site])
-        z = (got.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
-        assert np.max(np.abs(z)) < 4.5, (site, z)  # Monte Carlo error of S draws
-        # sample covariance of S draws: entries within ~5 standard errors (≈ 2·max var/√S)
-        np.testing.assert_allclose(np.cov(got.T), cov, atol=0.1 * np.max(np.diag(cov)))
+    sites = [("trend_new", _k(TREND_K, x_new, x), _k(TREND_K, x_new, x_new), 0.0),
+             ("season_new", _k(SEASON_K, x_new, x), _k(SEASON_K, x_new, x_new), 0.0),
+             ("y_new", _k(TREND_K, x_new, x) + _k(SEASON_K, x_new, x) + Hn @ B @ H.T,
+              _k(TREND_K, x_new, x_new) + _k(SEASON_K, x_new, x_new) + Hn @ B @ Hn.T, Hn @ BETA_LOC)]
+    assert_draws_match_conditional(draws, sites, y, m, C, S)
     total = draws["trend_new"] + draws["season_new"] + draws["y_beta"] @ Hn.T
     np.testing.assert_allclose(draws["y_new"], total, rtol=1e-12, atol=1e-13)
 

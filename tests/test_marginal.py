@@ -11,6 +11,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS, Predictive
+from regression import assert_draws_match_conditional
 
 import ppl_sparsegp as psg
 from ppl_sparsegp import Kuf, Kuu, diagnostics
@@ -135,16 +136,10 @@ def test_predictive_draws_at_new_inputs_match_the_dense_conditional():
     with warnings.catch_warnings():  # x_new leaves the periodic feature's box, which extends periodically:
         warnings.simplefilter("error", psg.features.OutsideDomainWarning)  # no warning (issue 41)
         draws = Predictive(two_gp_model, num_samples=S)(jax.random.PRNGKey(1), y, x_new)
-    for site, cross, prior, mean0 in [
-            ("trend_new", _q(TREND, Xn, X), _q(TREND, Xn, Xn), 0.0),
-            ("y_new", _q(TREND, Xn, X) + _q(SEASON, Xn, X) + Hn @ B @ H.T,
-             _q(TREND, Xn, Xn) + _q(SEASON, Xn, Xn) + Hn @ B @ Hn.T, Hn @ np.array([0.2, -0.1]))]:
-        mean = mean0 + cross @ np.linalg.solve(C, y - m)
-        cov = prior - cross @ np.linalg.solve(C, cross.T)
-        got = np.asarray(draws[site])
-        z = (got.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
-        assert np.max(np.abs(z)) < 4.5, (site, z)  # Monte Carlo error of S draws
-        np.testing.assert_allclose(np.cov(got.T), cov, atol=0.1 * np.max(np.diag(cov)))
+    sites = [("trend_new", _q(TREND, Xn, X), _q(TREND, Xn, Xn), 0.0),
+             ("y_new", _q(TREND, Xn, X) + _q(SEASON, Xn, X) + Hn @ B @ H.T,
+              _q(TREND, Xn, Xn) + _q(SEASON, Xn, Xn) + Hn @ B @ Hn.T, Hn @ np.array([0.2, -0.1]))]
+    assert_draws_match_conditional(draws, sites, y, m, C, S)
     # the sum site is the GPs' sum plus the mean weights' draw at the new inputs
     total = draws["trend_new"] + draws["season_new"] + draws["y_beta"] @ Hn.T
     np.testing.assert_allclose(draws["y_new"], total, rtol=1e-12, atol=1e-13)
