@@ -2,7 +2,8 @@
 the exact GP, in the same run, with the refinement check's verdict.
 
 ``python -m inference.benchmarks.gaussian_own_model [--quick] [--settings tail centre] [--models ...]
-[--warmup 500] [--samples 1000] [--cpu N]``
+[--warmup 500] [--samples 1000] [--exact-chains 4] [--exact-warmup W] [--exact-samples S] [--skip-gradients]
+[--cpu N] [--out JSONL] [--merge JSONL ...]``
 
 A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated from a linear mean
 (β = (0.3, 0.2) on H = [1, (t − 20)/20]), a Matérn-5/2 trend GP (σ² = 0.5, ℓ = 2), a periodic seasonal GP
@@ -11,7 +12,9 @@ A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated
 σ ~ HalfNormal(0.3), β ~ N(0, I); the trend's prior median m puts the true ℓ at the prior's centre
 (``centre``: m = 2), in its 1% tail (``tail``: m = 2·e^{0.5·2.326} = 6.4) or at its 0.01% quantile
 (``deep tail``: m = 2·e^{0.5·3.719} = 12.9). Models, each NUTS
-2 × (500 + 1 000) draws, chains one after another, on one pinned core:
+2 × (500 + 1 000) draws (the exact GP: ``--exact-chains`` 4 chains from dispersed starts, uniform in (−2, 2)
+on the unconstrained scale, with their own warm-up and draw counts), chains one after another, on one
+pinned core (split the models over cores with ``--out``, ``--skip-gradients`` and one ``--merge`` run):
 
 * **exact**: y ~ N(Hβ̄, K_trend + K_season + HBHᵀ + σ²I) by dense Cholesky (O(N³) per gradient);
 * **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, prior, nu=2.5,
@@ -168,17 +171,21 @@ def models(t, H, setting, y=None):
     return out
 
 
-def fit(model, t, y, *, warmup, samples, seed=0):
-    """NUTS, 2 chains one after another; the row's posterior summary and sampler figures."""
+def fit(model, t, y, *, warmup, samples, seed=0, chains=2, dispersed=False):
+    """NUTS, ``chains`` chains one after another (``dispersed``: each from its own uniform draw in (-2, 2)
+    on the unconstrained scale, Stan's default, instead of the prior's median); the row's posterior summary
+    and sampler figures."""
     import jax
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
+    from numpyro.infer import init_to_uniform
 
     from inference.benchmarks.harness import fit_nuts
 
     with harness.clock() as c:
         mcmc, _ = fit_nuts(model, t, y, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
-                           chains=2, chain_method="sequential", extra_fields=("num_steps", "diverging"))
+                           chains=chains, chain_method="sequential", extra_fields=("num_steps", "diverging"),
+                           init_strategy=init_to_uniform(radius=2.0) if dispersed else None)
     s = mcmc.get_samples(group_by_chain=True)
     post = {k: {"mean": float(np.mean(s[k])), "sd": float(np.std(s[k])),
                 "bulk_ess": float(effective_sample_size(np.asarray(s[k]))),
@@ -252,14 +259,23 @@ def main(argv=None):
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=1000)
+    p.add_argument("--exact-chains", type=int, default=4, help="the exact GP's chains, from dispersed starts")
+    p.add_argument("--exact-warmup", type=int, default=None, help="the exact GP's warm-up (default --warmup)")
+    p.add_argument("--exact-samples", type=int, default=None, help="the exact GP's draws (default --samples)")
+    p.add_argument("--skip-gradients", action="store_true", help="no ms-per-gradient measurement (runs split "
+                   "over cores: the merging run measures it)")
     args = p.parse_args(argv)
     if args.quick:
         args.warmup, args.samples = 50, 50
+    args.exact_warmup = args.warmup if args.exact_warmup is None else args.exact_warmup
+    args.exact_samples = args.samples if args.exact_samples is None else args.exact_samples
     machine = harness.setup(args, one_thread=True)
     import jax  # noqa: F401  (after setup)
 
     t, y, H = simulate()
-    settings = {"n": N, "warmup": args.warmup, "samples": args.samples, "chains": 2, "tolerance": TOLERANCE}
+    settings = {"n": N, "warmup": args.warmup, "samples": args.samples, "chains": 2, "tolerance": TOLERANCE,
+                "exact": {"chains": args.exact_chains, "warmup": args.exact_warmup, "samples": args.exact_samples,
+                          "init": "uniform(-2, 2) unconstrained"}}
     store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
     for setting in args.settings:
         built = models(t, H, setting, y if PILOT in args.models else None)
@@ -267,7 +283,11 @@ def main(argv=None):
             if store.done(setting, name):
                 continue
             print(f"{setting}: {name} ...", flush=True)
-            row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
+            if name == "exact":
+                row, mcmc = fit(built[name], t, y, warmup=args.exact_warmup, samples=args.exact_samples,
+                                chains=args.exact_chains, dispersed=True)
+            else:
+                row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
             row.update(checks(name, built[name], mcmc, t, y, setting, args.quick))
             if name == PILOT:  # from the documented start: the pilot, a fit, and the advised refit if it fails
                 row.update(nuts_fits=1, **{k: v for k, v in built[name].record.items() if k != "feature"})
@@ -294,7 +314,8 @@ def main(argv=None):
                     r.update(sd_distance=d, max_sd_distance=max(d.values()))
                 rows.append(r)
     print(harness.table(rows, COLUMNS))
-    costs = {setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
+    costs = {} if args.skip_gradients else {
+        setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
     print("\ncollapsed VFF, ms per gradient by N:",
           {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
     ratios = {}
