@@ -38,3 +38,11 @@ def assert_draws_match_conditional(draws, sites, y, m, C, S):
         z = (got.mean(0) - mean) / np.sqrt(np.diag(cov) / S)
         assert np.max(np.abs(z)) < 4.5, (site, z)
         np.testing.assert_allclose(np.cov(got.T), cov, atol=0.1 * np.max(np.diag(cov)))
+
+
+def trend_series(n=40, seed=0):
+    """The marginal tests' series: x (n,) sorted on [0, 3], the linear mean's basis H (n, 2) and
+    y = sin 3x + 0.3x + N(0, 0.1²) noise (shared so the sparse and exact marginals see the same data)."""
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0.0, 3.0, n))
+    return x, np.stack([np.ones(n), x], 1), np.sin(3 * x) + 0.3 * x + 0.1 * rng.normal(size=n)

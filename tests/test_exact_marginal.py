@@ -8,7 +8,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 from numpyro.infer import Predictive
-from regression import assert_draws_match_conditional
+from regression import assert_draws_match_conditional, trend_series
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.exact_marginal import ExactMarginalGaussian
@@ -17,10 +17,7 @@ from ppl_sparsegp.features import FourierFeatures
 jax.config.update("jax_enable_x64", True)
 
 N = 40
-_rng = np.random.default_rng(0)
-x = np.sort(_rng.uniform(0.0, 3.0, N))
-H = np.stack([np.ones(N), x], 1)
-y = np.sin(3 * x) + 0.3 * x + 0.1 * _rng.normal(size=N)
+x, H, y = trend_series(N)
 TREND_K, SEASON_K = psg.Matern52(0.7, 0.5), psg.Periodic(0.3, 0.8, 1.0)
 BETA_LOC, BETA_SD = np.array([0.2, -0.1]), np.array([1.0, 0.5])
 SIGMA = 0.15

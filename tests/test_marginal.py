@@ -11,7 +11,7 @@ import numpyro.distributions as dist
 import pytest
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS, Predictive
-from regression import assert_draws_match_conditional
+from regression import assert_draws_match_conditional, trend_series
 
 import ppl_sparsegp as psg
 from ppl_sparsegp import Kuf, Kuu, diagnostics
@@ -21,10 +21,7 @@ from ppl_sparsegp.features import FourierFeatures, InducingPoints
 jax.config.update("jax_enable_x64", True)
 
 N = 40
-_rng = np.random.default_rng(0)
-x = np.sort(_rng.uniform(0.0, 3.0, N))
-H = np.stack([np.ones(N), x], 1)
-y = np.sin(3 * x) + 0.3 * x + 0.1 * _rng.normal(size=N)
+x, H, y = trend_series(N)
 TREND = (FourierFeatures(-1.0, 4.0, 12), psg.Matern52(0.7, 0.5))
 SEASON = (FourierFeatures(0.0, 1.0, 5), psg.Periodic(0.3, 0.8, 1.0))
 BETA = dist.Normal(jnp.array([0.2, -0.1]), jnp.array([1.0, 0.5]))
