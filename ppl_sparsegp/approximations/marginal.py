@@ -418,7 +418,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     gps_info = [(gp_name, feature, getattr(kernel, "nu", None)) for gp_name, feature, kernel, _ in gp_models]
     kernels = {gp_name: kernel for gp_name, _, kernel, _ in gp_models}  # for choose_features
     numpyro.sample(name, marginal, obs=y,  # for refinement_check and choose_features
-                   infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels})
+                   infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels, "ppl_sparsegp_inputs": X})
     if X_new is None:
         return None
     return _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new)

@@ -40,7 +40,6 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
 from ..features.base import refined_features
-from ..features.fourier import FourierFeatures, frequencies_needed
 from .optimise import map_lbfgs
 
 __all__ = ["choose_features", "ChosenFeatures"]
@@ -112,33 +111,57 @@ def _laplace_sd(model, args, kwargs, sites, values):
     return {k: np.asarray(v) for k, v in sd.items()}
 
 
-def _lengthscale_site(gp, ell, values):
-    """The site sampling a GP's lengthscale: ``<gp>_kernel_lengthscale`` (a kernel template), else the
-    site whose value is the kernel's lengthscale (a value the model sampled itself); None if fixed."""
-    if f"{gp}_kernel_lengthscale" in values:
-        return f"{gp}_kernel_lengthscale"
-    ell = np.asarray(ell)
-    return next((k for k, v in values.items() if np.shape(v) == ell.shape and np.allclose(np.asarray(v), ell)), None)
+def _lengthscale_sites(gp, kernel, values):
+    """The sites sampling a GP's lengthscales: every ``<gp>_kernel_…lengthscale`` site of a kernel template
+    (per-dimension kernels and a zonal kernel's chordal lengthscale included), else the sites whose values
+    are the lengthscales of the kernel or of its per-dimension kernels (values the model sampled itself)."""
+    prefix = f"{gp}_kernel_"
+    found = [k for k in values if k.startswith(prefix) and k.endswith("lengthscale")]
+    if found:
+        return found
+    for part in (kernel, *getattr(kernel, "kernels", ())):
+        for field in ("lengthscale", "chordal_lengthscale"):
+            ell = getattr(part, field, None)
+            if ell is None:
+                continue
+            ell = np.asarray(ell)
+            found += [k for k, v in values.items() if k not in found and np.shape(v) == ell.shape
+                      and np.allclose(np.asarray(v), ell)][:1]
+    return found
+
+
+def _prior_variance(kernel, X):
+    """The GP's largest prior variance at the data, max k(x, x) (the variance of a stationary kernel)."""
+    try:
+        return float(np.max(np.asarray(kernel.diag(X))))
+    except (AttributeError, NotImplementedError, TypeError, ValueError):
+        return float(np.max(np.asarray(kernel.variance)))
+
+
+def _lowered(value, sd, z):
+    """ℓ·exp(−z·sd(log ℓ)) entry by entry: a Laplace lower quantile of a lengthscale (module docstring)."""
+    value, sd = np.asarray(value, dtype=float), np.broadcast_to(np.asarray(sd, dtype=float), np.shape(value))
+    return np.reshape([float(v) * math.exp(-z * float(s)) for v, s in zip(value.ravel(), sd.ravel())],
+                      value.shape)
 
 
 def _mode_record(model, args, kwargs, sites, values, log_joint, z):
-    """The per-GP figures at one optimum (module docstring, step 2)."""
+    """The per-GP figures at one optimum (module docstring, step 2): the mode's shortest lengthscale, its
+    lower quantile, ``lowered`` ({site: the lower quantile of each lengthscale site}), σ_f², σ_n²."""
     trace = _trace(model, args, kwargs, values)
     sd = _laplace_sd(model, args, kwargs, sites, values)
     gps = {}
     for site in _sites(trace)[1]:
         s2 = float(np.reshape(site["fn"].noise_variance, ()))
-        for (gp, feature, nu) in site["infer"]["ppl_sparsegp_gps"]:
+        X = site["infer"].get("ppl_sparsegp_inputs")
+        for (gp, _, _) in site["infer"]["ppl_sparsegp_gps"]:
             kernel = site["infer"]["ppl_sparsegp_kernels"][gp]
-            ell = getattr(kernel, "lengthscale", None)
-            if ell is None or nu is None:
-                continue
-            lsite = _lengthscale_site(gp, ell, values)
-            ell = float(np.min(np.asarray(ell)))
-            spread = float(np.max(sd[lsite])) if lsite in sd else 0.0
-            var = float(np.max(np.asarray(kernel.variance)))
-            gps[gp] = {"lengthscale": ell, "lengthscale_q": ell * math.exp(-z * spread), "variance": var,
-                       "noise_variance": s2}
+            lsites = [k for k in _lengthscale_sites(gp, kernel, values) if k in sd]
+            lowered = {k: _lowered(values[k], sd[k], z) for k in lsites}
+            ell = min((float(np.min(np.asarray(values[k]))) for k in lsites), default=math.nan)
+            gps[gp] = {"lengthscale": ell, "lowered": {k: v.tolist() for k, v in lowered.items()},
+                       "lengthscale_q": min((float(np.min(v)) for v in lowered.values()), default=math.nan),
+                       "variance": _prior_variance(kernel, X), "noise_variance": s2}
     return {"log_joint": log_joint, "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
 
 
@@ -185,7 +208,8 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     noise sd 0.1, 'Eigenvalues did not converge'); the pilot is small, and what it returns is static
     (feature sizes), so the user's model keeps its own precision."""
     base_sites, gps = _sites(_trace(model, args, kwargs))
-    given = {gp: (feature, nu) for site in gps for gp, feature, nu in site["infer"]["ppl_sparsegp_gps"]}
+    given = {gp: (feature, site["infer"].get("ppl_sparsegp_inputs")) for site in gps
+             for gp, feature, _ in site["infer"]["ppl_sparsegp_gps"]}
     z = -float(jax.scipy.stats.norm.ppf(quantile))
     with refined_features(refine) if refine else contextlib.nullcontext():
         sites = _sites(_trace(model, args, kwargs))[0]
@@ -201,18 +225,36 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
                 continue  # far below the best, or an optimum already kept
             seen.append(key)
             modes.append(_mode_record(model, args, kwargs, sites, values, lj, z))
-    out = ChosenFeatures()
-    needed = {}
-    for gp, (feature, nu) in given.items():
-        figures = [m["gps"][gp] for m in modes if gp in m["gps"]]
-        if not isinstance(feature, FourierFeatures) or not figures or nu is None:
-            out[gp] = feature
-            continue
-        ell = min(f["lengthscale_q"] for f in figures)
-        tol = min(min(0.01, noise_fraction * f["noise_variance"] / f["variance"]) for f in figures)
-        out[gp] = FourierFeatures(feature.a, feature.b, frequencies_needed(feature.a, feature.b, ell, nu, tol))
-        needed[gp] = {"lengthscale": ell, "tolerance": tol}
-    out.info = {"modes": modes, "needed": needed, "starts": starts, "refine": refine,
+    features, needed, kept = _resize(model, args, kwargs, given, modes, noise_fraction)
+    out = ChosenFeatures(features)
+    out.info = {"modes": modes, "needed": needed, "kept": kept, "starts": starts, "refine": refine,
                 "hyperparameters": sorted(base_sites)}
     return out
 
+
+def _resize(model, args, kwargs, given, modes, noise_fraction):
+    """Step 3: each GP's features resized (:meth:`~ppl_sparsegp.features.InducingFeature.resized`) for its
+    kernel with every lengthscale at the shortest lower quantile of the kept modes, at the smallest
+    tolerance of the modes; a family without a rule is kept as given and named in ``kept``."""
+    lowest = {}
+    for mode in modes:
+        for figures in mode["gps"].values():
+            for k, v in figures["lowered"].items():
+                lowest[k] = np.minimum(lowest[k], v) if k in lowest else np.asarray(v)
+    values = {**{k: jnp.asarray(v) for k, v in modes[0]["values"].items()},
+              **{k: jnp.asarray(v) for k, v in lowest.items()}}
+    kernels = {gp: k for site in _sites(_trace(model, args, kwargs, values))[1]
+               for gp, k in site["infer"]["ppl_sparsegp_kernels"].items()}
+    out, needed, kept = {}, {}, {}
+    for gp, (feature, X) in given.items():
+        figures = [m["gps"][gp] for m in modes if gp in m["gps"]]
+        tol = min(min(0.01, noise_fraction * f["noise_variance"] / f["variance"]) for f in figures)
+        new = feature.resized(np.asarray(X), kernels[gp], tol)
+        out[gp] = feature if new is None else new
+        if new is None:
+            kept[gp] = (f"{type(feature).__name__} has no size rule for {type(kernels[gp]).__name__}: "
+                        "kept as given")
+        else:
+            needed[gp] = {"lengthscale": min((f["lengthscale_q"] for f in figures), default=math.nan),
+                          "tolerance": tol, "num_features": (feature.num_features, new.num_features)}
+    return out, needed, kept

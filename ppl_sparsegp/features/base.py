@@ -86,6 +86,20 @@ class InducingFeature(Module):
         raise NotImplementedError(f"{type(self).__name__} has no refinement rule (refined()): the refinement "
                                   "check is available for FourierFeatures and their additive/Kronecker combinations")
 
+    def resized(self, X, kernel, tolerance: float):
+        """The features of this family, keeping their domain (VFF's box, a centre, an input scale), that
+        leave at most ``tolerance`` of ``kernel``'s prior variance unresolved at the inputs X: the size rule
+        of the family's ``from_data`` applied to a concrete kernel (the one
+        :func:`~ppl_sparsegp.choose_features` finds the data need). None where the family has no size
+        rule for this kernel (the features are then kept as given). Families with a rule override.
+
+        :param X: the training inputs, (N, D) (concrete).
+        :param kernel: a concrete kernel (its lengthscales those to resolve).
+        :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
+        :returns: an :class:`InducingFeature` of the same family, or None.
+        """
+        return None
+
     @property
     def num_features(self) -> int:
         """M, the number of inducing variables."""

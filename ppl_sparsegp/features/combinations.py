@@ -53,6 +53,17 @@ class _PerDimension(InducingFeature):
         """Every dimension's feature refined (:meth:`FourierFeatures.refined`)."""
         return type(self)([f.refined() for f in self.features])
 
+    def resized(self, X, kernel, tolerance: float):
+        """Every dimension's feature resized for its kernel (``kernel.kernels[d]``, input column d) at the
+        per-dimension tolerance of :meth:`from_data` (``dimension_tolerance``); None unless every dimension
+        has a rule (:meth:`~ppl_sparsegp.features.InducingFeature.resized`)."""
+        kernels = getattr(kernel, "kernels", None)
+        if kernels is None or len(kernels) != len(self.features):
+            return None
+        X, t = np.asarray(X, dtype=float), self.dimension_tolerance(tolerance, len(self.features))
+        out = [f.resized(X[:, d:d + 1], k, t) for d, (f, k) in enumerate(zip(self.features, kernels))]
+        return None if any(f is None for f in out) else type(self)(out)
+
     def check_inputs(self, X, name="X"):
         X = check_inputs(X, name, len(self.features))
         if not isinstance(X, Grid):

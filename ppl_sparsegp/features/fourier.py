@@ -84,7 +84,8 @@ from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import is_concrete
 from .base import InducingFeature, OutsideDomainWarning, constant_kuf
 
-__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "lengthscale_range"]
+__all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
+           "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
 
@@ -181,6 +182,20 @@ class FourierFeatures(InducingFeature):
         prior variance unresolved (the inverse of the size rule :func:`frequencies_needed`)."""
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
+
+    def resized(self, X, kernel, tolerance: float):
+        """The same box with the fewest frequencies resolving ``kernel``
+        (:meth:`~ppl_sparsegp.features.InducingFeature.resized`): for a Matérn kernel
+        :func:`frequencies_needed` at its (shortest) lengthscale, :meth:`from_data`'s rule; for the
+        periodic kernel on one period :func:`harmonics_needed`. None for other kernels."""
+        if isinstance(kernel, Periodic):
+            return FourierFeatures(self.a, self.b, harmonics_needed(kernel, tolerance))
+        nu = getattr(kernel, "nu", None)
+        if nu not in (0.5, 1.5, 2.5):
+            return None
+        ell = float(np.min(np.asarray(kernel.lengthscale)))
+        M = _capped(frequencies_needed(self.a, self.b, ell, nu, tolerance), self.a, self.b, ell, tolerance)
+        return FourierFeatures(self.a, self.b, M)
 
     def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
         """The fix from the posterior's lengthscales
@@ -327,6 +342,33 @@ def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolera
 
 #: the most frequencies :meth:`FourierFeatures.from_data` returns (the constructor takes any M)
 MAX_FREQUENCIES = 20_000
+
+
+def harmonics_needed(kernel, tolerance: float) -> int:
+    r"""The size rule of the periodic kernel on one period: the fewest M whose truncated series leaves at
+    most ``tolerance`` of σ² unresolved, :math:`1 - \sum_{j<M} q_j/\sigma^2 \le` tolerance (the same at
+    every input: :math:`Q_{ff}(x, x) = \sum_{j<M} q_j`; ``Periodic.fourier_coefficients``). A shorter
+    lengthscale needs more harmonics (:math:`q_j` decays once :math:`j \gtrsim 1/\ell`).
+
+    :param kernel: a concrete :class:`~ppl_sparsegp.kernels.Periodic` kernel.
+    :param tolerance: the unresolved fraction, in (0, 1).
+    :raises ValueError: for a tolerance outside (0, 1), or one that needs more than
+        :data:`MAX_FREQUENCIES` harmonics.
+    """
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    M = 8
+    while True:
+        with jax.ensure_compile_time_eval():
+            q = np.asarray(kernel.fourier_coefficients(M), dtype=float) / float(np.asarray(kernel.variance))
+        ok = np.nonzero(1.0 - np.cumsum(q) <= tolerance)[0]
+        if ok.size:
+            return int(ok[0]) + 1
+        if M >= MAX_FREQUENCIES:
+            raise ValueError(f"harmonics_needed: {MAX_FREQUENCIES} harmonics leave {1.0 - np.sum(q):.3g} of the "
+                             f"periodic kernel's variance unresolved (lengthscale {float(kernel.lengthscale):.3g}, "
+                             f"tolerance {tolerance:g}); raise the tolerance")
+        M = min(2 * M, MAX_FREQUENCIES)
 
 
 def _capped(M: int, a: float, b: float, lengthscale: float, tolerance: float) -> int:

@@ -32,7 +32,7 @@ from ..conditionals import conditional  # noqa: F401  (registers the default con
 from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential
 from ..linalg import Identity
-from ..parameters import Param
+from ..parameters import Param, is_concrete
 from ._vof import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 from .base import InducingFeature
 
@@ -118,7 +118,30 @@ class HermiteFeatures(InducingFeature):
         References: 2. Rasmussen & Williams (2006), Gaussian processes for machine learning, §4.3.1.
         """
         x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
-        centre, scale, kernel = float(np.mean(x)), float(np.std(x)), SquaredExponential(1.0, lo)
+        return cls._sized(x, lo, float(np.std(x)), float(np.mean(x)), tolerance, max_features)
+
+    def refined(self) -> "HermiteFeatures":
+        r"""Twice the features at the same input scale and centre: they resolve a lengthscale about half as
+        long (for ℓ ≪ σ_p, :math:`-\log B \approx \ell/(\sqrt2\sigma_p)`, so :meth:`from_data`'s M ∝ 1/ℓ)."""
+        with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
+            return type(self)(2 * self.M, self.input_scale, self.centre)
+
+    def resized(self, X, kernel, tolerance: float):
+        """:meth:`from_data`'s M at ``kernel``'s lengthscale, keeping the input scale and centre
+        (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a kernel other than the squared
+        exponential or an input scale or centre that is sampled."""
+        fields = (self.input_scale, self.centre)
+        if (not isinstance(kernel, SquaredExponential) or jnp.size(kernel.lengthscale) != 1
+                or not all(not isinstance(v, (Distribution, Param)) and is_concrete(v) for v in fields)):
+            return None
+        x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
+        lo = float(jnp.reshape(kernel.lengthscale, ()))
+        return type(self)._sized(x, lo, float(self.input_scale), float(self.centre), tolerance, 4096)
+
+    @classmethod
+    def _sized(cls, x, lo, scale, centre, tolerance, max_features):
+        """from_data's fewest M at ℓ_min = lo for the input scale and centre given."""
+        kernel = SquaredExponential(1.0, lo)
         M = max(2, math.ceil(math.log(tolerance) / math.log(hermite_unresolved(lo, scale, 1))))
         M = fewest_resolving(
             lambda M: cls(M, scale, centre), kernel, x, M, tolerance, max_features,

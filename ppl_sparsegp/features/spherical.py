@@ -222,6 +222,15 @@ class SphericalHarmonicFeatures(InducingFeature):
         box = (tuple(float(v) for v in X.min(0)), tuple(float(v) for v in X.max(0)))
         return cls(D, L, kernel=kernel, data_box=box)
 
+    def resized(self, X, kernel, tolerance: float):
+        """:meth:`from_data`'s degree for the concrete zonal kernel (a ChordalMatern's chordal lengthscale as
+        given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a
+        kernel that is not zonal."""
+        if not isinstance(kernel, Zonal):
+            return None
+        out = type(self).from_data(X, kernel, tolerance=tolerance)
+        return type(self)(self.input_dim, out.max_degree, kernel=kernel, data_box=self.data_box or out.data_box)
+
     def __init__(self, input_dim: int, max_degree: int, *, kernel: Zonal | None = None, degrees=None,
                  data_box=None):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 2:

@@ -56,12 +56,13 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpyro.distributions import Distribution
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
-from ..parameters import is_concrete
+from ..parameters import Param, is_concrete
 from ._vof import (
     INV_SQRT_2PI,
     check_num_features,
@@ -184,7 +185,37 @@ class TrigonometricFeatures(InducingFeature):
         if not (isinstance(kernel, type) and issubclass(kernel, Stationary)):
             raise ValueError(f"kernel must be a stationary kernel class (e.g. psg.Matern32), got {kernel!r}")
         x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
-        k = kernel(1.0, lo)
+        return cls._sized(x, kernel(1.0, lo), tolerance, basis, 0.5 * (float(x.min()) + float(x.max())),
+                          max_features, options)
+
+    def refined(self) -> "TrigonometricFeatures":
+        """Twice the band and twice the functions (and quadrature nodes): as :meth:`from_data` sizes them
+        for a lengthscale half as long (the band scales as 1/ℓ, M with the band). Refused for a sampled band."""
+        if isinstance(self.band, (Distribution, Param)) or not is_concrete(self.band):
+            raise NotImplementedError("TrigonometricFeatures with a sampled band have no refinement rule: give the "
+                                      "band as a number (e.g. TrigonometricFeatures.from_data(x, prior))")
+        with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
+            return type(self)(2 * self.M, 2 * float(self.band), basis=self.basis, estimator=self.estimator,
+                              num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
+                              centre=self.centre)
+
+    def resized(self, X, kernel, tolerance: float):
+        """:meth:`from_data`'s rule at ``kernel``'s lengthscale (band and M), keeping the centre, basis and
+        estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a kernel that is not
+        stationary or a band or centre that is sampled."""
+        if (not isinstance(kernel, Stationary) or jnp.size(kernel.lengthscale) != 1
+                or not all(not isinstance(v, (Distribution, Param)) and is_concrete(v)
+                           for v in (self.band, self.centre))):
+            return None
+        x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
+        k = type(kernel)(1.0, float(jnp.reshape(kernel.lengthscale, ())))
+        return type(self)._sized(x, k, tolerance, self.basis, float(self.centre), 2048,
+                                 {"estimator": self.estimator, "num_samples": self.num_samples})
+
+    @classmethod
+    def _sized(cls, x, k, tolerance, basis, centre, max_features, options):
+        """from_data's band and M for the unit-variance kernel k at the centre (module docstring)."""
+        lo = float(jnp.reshape(k.lengthscale, ()))
 
         def inside(top):  # ω on [0, top] and (1/π)∫_0^ω s (σ² = 1, the library's convention), trapezoid
             w = np.linspace(0.0, top, 20001)
@@ -195,8 +226,7 @@ class TrigonometricFeatures(InducingFeature):
         while 1.0 - inside(top)[1][-1] > 0.25 * tolerance:  # well past the band: the grid brackets it
             top *= 2.0
         w, mass = inside(top)
-        a_hi = float(w[np.argmax(1.0 - mass <= 0.5 * tolerance)])
-        band, centre = a_hi, 0.5 * (float(x.min()) + float(x.max()))
+        band = float(w[np.argmax(1.0 - mass <= 0.5 * tolerance)])
         reach = float(np.max(np.abs(x - centre)))
         M = min(max_features, max(3, math.ceil(2.0 * band * reach / math.pi) + 3))
 

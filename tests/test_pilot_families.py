@@ -1,0 +1,160 @@
+"""choose_features for every family with a size rule (``InducingFeature.resized``) and for a sum of GPs of
+two families, against the exact GP: data whose lengthscale sits in the prior's tail and little noise, so
+that the prior's rule displaces the posterior; the exact posterior of the lengthscales on a grid (the
+dense covariance, ``marginal_spectral_gp(..., exact=True)``: an independent computation standing in for
+MCMC) against the same grid under the chosen features. The pilot runs with ``refine=1, starts=3`` to stay
+fast (the defaults only add starts and resolution)."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import pytest
+from numpyro.infer.util import log_density
+from scipy.special import ive
+
+import ppl_sparsegp as psg
+from ppl_sparsegp import AdditiveFeatures, FourierFeatures, HermiteFeatures, TrigonometricFeatures
+from ppl_sparsegp.features.fourier import frequencies_needed, harmonics_needed
+
+jax.config.update("jax_enable_x64", True)
+
+PRIOR = dist.LogNormal(np.log(3.0), 0.5)  # its 1% quantile 0.94: where the data put the lengthscale
+NOISE = 0.1
+
+
+def _draw(K, rng):
+    N = K.shape[0]
+    return np.linalg.cholesky(K + 1e-9 * np.eye(N)) @ rng.normal(size=N) + NOISE * rng.normal(size=N)
+
+
+def _grid_moments(model, args, features, sites, axes, exact=False):
+    """Posterior mean and sd of each site on the product grid ``axes`` (flat priors aside: the model's)."""
+    mesh = [m.ravel() for m in np.meshgrid(*axes, indexing="ij")]
+    lp = np.asarray(jax.jit(jax.vmap(lambda *v: log_density(
+        model, args, {"features": features, "exact": exact}, dict(zip(sites, v)))[0]))(*map(jnp.asarray, mesh)))
+    w = np.exp(lp - lp.max())
+    w /= w.sum()
+    means = [w @ m for m in mesh]
+    return np.array(means), np.array([math.sqrt(w @ (m - mu) ** 2) for m, mu in zip(mesh, means)])
+
+
+def _shift(model, args, features, sites, axes, exact):
+    mean, _ = _grid_moments(model, args, features, sites, axes)
+    return np.abs(mean - exact[0]) / exact[1]
+
+
+# --- VOF: trigonometric features ---------------------------------------------------------------------
+_rng = np.random.default_rng(3)
+XT = np.sort(_rng.uniform(0.0, 10.0, 100))
+YT = _draw(np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XT)[:, None])), _rng)
+TRIG = {"f": TrigonometricFeatures.from_data(XT, PRIOR, kernel=psg.Matern52)}  # the prior's rule
+
+
+def trig_model(xs, ys, features=TRIG, exact=False):
+    psg.marginal_spectral_gp("y", {"f": (features["f"], psg.Matern52(1.0, PRIOR))}, xs, ys, NOISE, exact=exact)
+
+
+def test_pilot_trigonometric_features_against_the_exact_gp():
+    sites, axes = ["f_kernel_lengthscale"], [np.linspace(0.3, 4.0, 200)]
+    exact = _grid_moments(trig_model, (XT, YT), TRIG, sites, axes, exact=True)  # measured: 0.977 ± 0.087
+    chosen = psg.choose_features(trig_model, XT, YT, refine=1, starts=3)
+    f, need = chosen["f"], chosen.info["needed"]["f"]
+    assert float(f.centre) == float(TRIG["f"].centre) and f.basis == TRIG["f"].basis  # the centre is kept
+    assert _shift(trig_model, (XT, YT), TRIG, sites, axes, exact)[0] > 1.0  # the prior's rule: measured 3.7 sd
+    assert _shift(trig_model, (XT, YT), chosen, sites, axes, exact)[0] < 0.1, need  # measured 0.007 sd
+    # the rule of from_data at the needed lengthscale and tolerance (band and M), the centre kept
+    ref = TrigonometricFeatures.from_data(XT, need["lengthscale"], kernel=psg.Matern52, tolerance=need["tolerance"])
+    assert (f.M, float(f.band)) == (ref.M, float(ref.band))
+    assert need["lengthscale"] < 0.95 and need["tolerance"] == pytest.approx(0.01 * NOISE**2 / 1.0)
+
+
+# --- multi-D VFF: additive features, one lengthscale per dimension ------------------------------------
+_rng = np.random.default_rng(5)
+XA = _rng.uniform(0.0, 10.0, (120, 2))
+_KA = (np.asarray(psg.Matern52(0.5, float(PRIOR.icdf(0.01)))(jnp.asarray(XA[:, :1])))
+       + np.asarray(psg.Matern52(0.5, 3.0)(jnp.asarray(XA[:, 1:]))))
+YA = _draw(_KA, _rng)
+ADD = {"f": AdditiveFeatures.from_data(XA, PRIOR, nu=2.5)}
+
+
+def additive_model(xs, ys, features=ADD, exact=False):
+    kernel = psg.Additive([psg.Matern52(0.5, PRIOR), psg.Matern52(0.5, PRIOR)])
+    psg.marginal_spectral_gp("y", {"f": (features["f"], kernel)}, xs, ys, NOISE, exact=exact)
+
+
+def test_pilot_additive_fourier_features_per_dimension_against_the_exact_gp():
+    sites = ["f_kernel_0_lengthscale", "f_kernel_1_lengthscale"]
+    axes = [np.linspace(0.4, 2.5, 36), np.linspace(0.8, 12.0, 30)]
+    exact = _grid_moments(additive_model, (XA, YA), ADD, sites, axes, exact=True)
+    chosen = psg.choose_features(additive_model, XA, YA, refine=1, starts=3)
+    f = chosen["f"]
+    assert [(g.a, g.b) for g in f.features] == [(g.a, g.b) for g in ADD["f"].features]  # the boxes kept
+    assert _shift(additive_model, (XA, YA), ADD, sites, axes, exact)[0] > 1.0  # measured: see the report
+    assert np.all(_shift(additive_model, (XA, YA), chosen, sites, axes, exact) < 0.3)
+    # each dimension by its own lengthscale's lower quantile (independently: frequencies_needed per box)
+    low = chosen.info["modes"][0]["gps"]["f"]["lowered"]
+    tol = chosen.info["needed"]["f"]["tolerance"]
+    for d, g in enumerate(f.features):
+        assert g.num_frequencies == frequencies_needed(g.a, g.b, low[sites[d]], 2.5, tol)
+    assert f.features[0].num_frequencies > f.features[1].num_frequencies  # dimension 0 is the short one
+
+
+# --- a sum of two families: a VFF trend and the periodic kernel's harmonics ----------------------------
+_rng = np.random.default_rng(7)
+XS = np.sort(_rng.uniform(0.0, 6.0, 100))
+_KS = (np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XS)[:, None]))
+       + np.asarray(psg.Periodic(0.3, 0.3, 1.0)(jnp.asarray(XS)[:, None])))
+YS = _draw(_KS, _rng)
+PERIOD_PRIOR = dist.LogNormal(0.0, 0.5)  # the periodic lengthscale; the data's 0.3 sits at its 0.8% quantile
+SUM = {"trend": FourierFeatures.from_data(XS, PRIOR, nu=2.5), "season": FourierFeatures(0.0, 1.0, 4)}
+
+
+def sum_model(xs, ys, features=SUM, exact=False):
+    gps = {"trend": (features["trend"], psg.Matern52(1.0, PRIOR)),
+           "season": (features["season"], psg.Periodic(0.3, PERIOD_PRIOR, 1.0))}
+    psg.marginal_spectral_gp("y", gps, xs, ys, NOISE, exact=exact)
+
+
+def test_pilot_chooses_for_each_gp_of_a_sum_of_two_families():
+    sites = ["trend_kernel_lengthscale", "season_kernel_lengthscale"]
+    axes = [np.linspace(0.4, 3.0, 36), np.linspace(0.15, 0.8, 30)]
+    exact = _grid_moments(sum_model, (XS, YS), SUM, sites, axes, exact=True)
+    chosen = psg.choose_features(sum_model, XS, YS, refine=1, starts=3)
+    trend, season = chosen["trend"], chosen["season"]
+    assert (trend.a, trend.b) == (SUM["trend"].a, SUM["trend"].b) and (season.a, season.b) == (0.0, 1.0)
+    assert np.max(_shift(sum_model, (XS, YS), SUM, sites, axes, exact)) > 1.0
+    assert np.all(_shift(sum_model, (XS, YS), chosen, sites, axes, exact) < 0.3)
+    low, tol = chosen.info["modes"][0]["gps"], {g: chosen.info["needed"][g]["tolerance"] for g in chosen}
+    assert trend.num_frequencies == frequencies_needed(trend.a, trend.b, low["trend"]["lowered"][sites[0]], 2.5,
+                                                       tol["trend"])
+    assert season.num_frequencies == _harmonics_by_bessel(low["season"]["lowered"][sites[1]], tol["season"])
+    assert tol["season"] == pytest.approx(0.01 * NOISE**2 / 0.3)  # each GP's own variance
+
+
+def _harmonics_by_bessel(ell, tolerance):
+    """The fewest M with 1 − Σ_{j<M} q_j/σ² ≤ tolerance from scipy's exponentially scaled Bessel functions
+    (q_0 = σ² e^{−z}I_0(z), q_j = 2σ² e^{−z}I_j(z), z = 1/ℓ²): independent of Periodic.fourier_coefficients."""
+    j = np.arange(400)
+    q = np.where(j == 0, 1.0, 2.0) * ive(j, 1.0 / ell**2)
+    return int(np.argmax(1.0 - np.cumsum(q) <= tolerance)) + 1
+
+
+@pytest.mark.parametrize("ell", [0.1, 0.3, 1.0, 3.0])
+@pytest.mark.parametrize("tolerance", [1e-2, 1e-4])
+def test_harmonics_needed_against_bessel_functions(ell, tolerance):
+    assert harmonics_needed(psg.Periodic(2.0, ell, 1.0), tolerance) == _harmonics_by_bessel(ell, tolerance)
+
+
+def test_resized_keeps_the_domain_and_applies_the_family_rule():
+    x = np.linspace(-2.0, 3.0, 60)[:, None]
+    h = HermiteFeatures(5, input_scale=1.5, centre=0.5).resized(x, psg.SquaredExponential(1.0, 0.3), 1e-3)
+    assert (float(h.input_scale), float(h.centre)) == (1.5, 0.5)
+    # the Hermite rule, independently: the residual 1 − Σ_{m<M} Kuf[m](x)² at the data, fewest M below 1e-3
+    q = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]  # the rule's points: 257 quantiles of x
+    r = 1.0 - np.cumsum(np.asarray(psg.Kuf(HermiteFeatures(200, 1.5, 0.5), psg.SquaredExponential(1.0, 0.3),
+                                           q)) ** 2, axis=0)
+    assert h.M == int(np.argmax(np.max(r, axis=1) <= 1e-3)) + 1
+    assert HermiteFeatures(5).resized(x, psg.Matern52(1.0, 0.3), 1e-3) is None  # no rule for Matérn
+    assert psg.InducingPoints(x[:5]).resized(x, psg.Matern52(1.0, 0.3), 1e-3) is None
