@@ -15,11 +15,30 @@ noise variance), features sized by the prior displace the posterior, and only th
    Laplace approximation (the Hessian in the unconstrained coordinates) gives the lengthscale's lower
    ``quantile``, :math:`\ell_q = \exp(\log\hat\ell - z_q\,\mathrm{sd}(\log\ell))`, and the GP's
    variance :math:`\sigma_f^2` and the noise :math:`\sigma_n^2` there.
-3. **Features.** Each VFF GP keeps its box (from the prior: it serves the prior's long lengthscales) and
-   gets the fewest frequencies that leave at most :math:`\tau = c\,\sigma_n^2/\sigma_f^2` (``noise_fraction``
-   c = 1 %, at most 1 %) of the prior variance unresolved at the shortest :math:`\ell_q` of every kept
-   mode: the union of what the modes need. Other features (the periodic kernel's harmonics, other
-   families) are kept as given.
+3. **Features.** Each GP of the model (every term of a sum) gets its own choice: its kernel with every
+   lengthscale site at the shortest :math:`\ell_q` of the kept modes (the union of what the modes need)
+   goes to its family's size rule, :meth:`InducingFeature.resized(X, kernel, tolerance)
+   <ppl_sparsegp.features.InducingFeature.resized>`, at the tolerance
+   :math:`\tau = c\,\sigma_n^2/\sigma_f^2` (``noise_fraction`` c = 1 %, at most 1 %; :math:`\sigma_f^2` the
+   GP's largest prior variance at the data, the smallest τ of the modes). The rules, each that of the
+   family's ``from_data`` with the domain kept:
+
+   * VFF (:class:`~ppl_sparsegp.FourierFeatures`, Matérn): the box as given (from the prior: it serves the
+     prior's long lengthscales), the fewest frequencies leaving at most τ of the prior variance
+     unresolved at :math:`\ell_q` (:func:`~ppl_sparsegp.features.fourier.frequencies_needed`);
+   * the periodic kernel on one period (``FourierFeatures`` with :class:`~ppl_sparsegp.Periodic`): the
+     fewest harmonics whose truncated series leaves at most τ of σ²
+     (:func:`~ppl_sparsegp.features.fourier.harmonics_needed`);
+   * multi-D VFF (:class:`~ppl_sparsegp.AdditiveFeatures`, :class:`~ppl_sparsegp.KroneckerFeatures`) and
+     :class:`~ppl_sparsegp.AdditiveOrthogonal`: each dimension by its own rule at its own lengthscale, at
+     the per-dimension tolerance of ``from_data``;
+   * trigonometric VOF: the band and M of ``from_data`` at :math:`\ell_q`, the centre and basis kept;
+   * Hermite VOF (SE kernel): the fewest M resolving :math:`\ell_q` at the data, input scale and centre kept;
+   * spherical harmonic features (zonal kernels): the fewest degrees at the kernel's chordal lengthscale
+     :math:`\ell_q` (arc-cosine kernels: at τ; they have no lengthscale in the rule).
+
+   Features of a family without a rule (inducing points, random Fourier features, ...) or with a
+   sampled domain are kept as given, and ``info["kept"]`` names them with the reason.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §3 (the
@@ -50,8 +69,10 @@ _MAX_HYPER_SIZE = 16
 
 class ChosenFeatures(dict):
     """``{gp name: feature}`` for the model's ``features`` argument, with the pilot's record in ``info``:
-    ``modes`` (per kept optimum: ``log_joint``, ``values``, per GP ``lengthscale``, ``lengthscale_q``,
-    ``variance``, ``noise_variance``, ``tolerance``) and per GP the ``needed`` lengthscale and tolerance."""
+    ``modes`` (per kept optimum: ``log_joint``, ``values``, per GP ``lengthscale`` and ``lengthscale_q``
+    (the shortest), ``lowered`` ({lengthscale site: its lower quantile}), ``variance``,
+    ``noise_variance``), per resized GP the ``needed`` lengthscale, tolerance and ``num_features``
+    (given, chosen), and ``kept`` ({gp name: why its features are kept as given})."""
 
     info: dict
 
@@ -169,15 +190,18 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
                     noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), maxiter: int = 200,
                     **kwargs) -> ChosenFeatures:
     r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
-    the data (module docstring): the box of each VFF GP as given (the prior's), its frequencies resolving
-    what the data support, at a tolerance set by the noise.
+    the data (module docstring): every GP's features, by its family's size rule, resolving what the data
+    support at a tolerance set by the noise, their domain kept (VFF's box from the prior). Families with a
+    rule: VFF (1-D, additive, Kronecker), the periodic kernel's harmonics, trigonometric and Hermite VOF,
+    spherical harmonics; the others are kept as given (``info["kept"]``).
 
     :param model: the NumPyro model, called ``model(*args, **kwargs)``; its features are read where
         ``marginal_spectral_gp`` receives them (build them with ``FourierFeatures.from_data(x, prior)``,
         the documented start) and the result is passed back as ``{gp name: feature}`` (e.g. a
         ``features`` argument of the model).
     :param args: the model's positional arguments (the data).
-    :param refine: refinements of every feature in the pilot (each doubles VFF's highest frequency).
+    :param refine: refinements of every feature in the pilot (``refined()``: VFF doubles its highest
+        frequency, trigonometric features their band and M, Hermite features M).
     :param starts: L-BFGS starts, every site at one prior quantile in (0.1, 0.9).
     :param quantile: the lower quantile of each mode's Laplace lengthscale the features resolve.
     :param noise_fraction: c in the tolerance :math:`c\,\sigma_n^2/\sigma_f^2` (capped at 1 %).

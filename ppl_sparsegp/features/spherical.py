@@ -222,6 +222,17 @@ class SphericalHarmonicFeatures(InducingFeature):
         box = (tuple(float(v) for v in X.min(0)), tuple(float(v) for v in X.max(0)))
         return cls(D, L, kernel=kernel, data_box=box)
 
+    def refined(self) -> "SphericalHarmonicFeatures":
+        """Degrees up to twice the highest (a chordal lengthscale about half as long: the coefficients'
+        tail scales with the degree times ℓ), skipping the parity the kept degrees skip above 2 (an
+        arc-cosine kernel's vanishing degrees), within the supported degree."""
+        L, top = self.max_degree, max(2 * self.max_degree, 1)
+        while top > L and num_harmonics(self.d, top) > MAX_HARMONICS_PER_DEGREE:
+            top -= 1
+        gone = {n % 2 for n in range(3, L + 1) if n not in self.degrees}
+        extra = [n for n in range(L + 1, top + 1) if n < 3 or n % 2 not in gone]
+        return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box)
+
     def resized(self, X, kernel, tolerance: float):
         """:meth:`from_data`'s degree for the concrete zonal kernel (a ChordalMatern's chordal lengthscale as
         given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a
