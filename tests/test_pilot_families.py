@@ -77,6 +77,34 @@ def test_pilot_trigonometric_features_against_the_exact_gp():
     assert need["lengthscale"] < 0.95 and need["tolerance"] == pytest.approx(0.01 * NOISE**2 / 1.0)
 
 
+# --- VOF: Hermite features (the SE kernel) -----------------------------------------------------------
+_rng = np.random.default_rng(13)
+XE = np.sort(_rng.normal(0.0, 2.0, 100))
+YE = _draw(np.asarray(psg.SquaredExponential(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XE)[:, None])), _rng)
+HERM = {"f": HermiteFeatures.from_data(XE, PRIOR)}
+
+
+def hermite_model(xs, ys, features=HERM, exact=False):
+    kernel = psg.SquaredExponential(1.0, PRIOR)
+    psg.marginal_spectral_gp("y", {"f": (features["f"], kernel)}, xs, ys, NOISE, exact=exact)
+
+
+def test_pilot_hermite_features_against_the_exact_gp():
+    sites, axes = ["f_kernel_lengthscale"], [np.linspace(0.3, 4.0, 200)]
+    exact = _grid_moments(hermite_model, (XE, YE), HERM, sites, axes, exact=True)
+    chosen = psg.choose_features(hermite_model, XE, YE, refine=1, starts=3)
+    f, need = chosen["f"], chosen.info["needed"]["f"]
+    assert (float(f.input_scale), float(f.centre)) == (float(HERM["f"].input_scale), float(HERM["f"].centre))
+    assert _shift(hermite_model, (XE, YE), HERM, sites, axes, exact)[0] > 1.0  # the prior's M = 13: 1.45 sd
+    assert _shift(hermite_model, (XE, YE), chosen, sites, axes, exact)[0] < 0.1, need  # M = 29: 0.0004 sd
+    assert f.M == HermiteFeatures.from_data(XE, need["lengthscale"], tolerance=need["tolerance"]).M
+    sweep = [14, 16, 18, 20, 24]  # measured shifts 1.36, 0.40, 0.094, 0.029, < 0.01 sd
+    shifts = [_shift(hermite_model, (XE, YE), {"f": HermiteFeatures(M, f.input_scale, f.centre)}, sites, axes,
+                     exact)[0] for M in sweep]
+    fewest = next(M for i, M in enumerate(sweep) if max(shifts[i:]) < 0.1)
+    assert fewest <= f.M <= 2 * fewest, (f.M, shifts)
+
+
 # --- multi-D VFF: additive features, one lengthscale per dimension ------------------------------------
 _rng = np.random.default_rng(5)
 XA = _rng.uniform(0.0, 10.0, (120, 2))
@@ -207,7 +235,7 @@ def test_pilot_spherical_harmonic_features_against_the_exact_gp_and_a_sweep_of_t
     assert f.data_box == SPH["f"].data_box
     assert _shift(sphere_model, (XH, YH), SPH, sites, axes, exact)[0] > 1.0  # the prior's rule (L = 6): 2.8 sd
     assert _shift(sphere_model, (XH, YH), chosen, sites, axes, exact)[0] < 0.1  # measured 0.006 sd at L = 25
-    sweep = [8, 10, 12, 15]  # measured shifts 1.28, 0.29, 0.006, 0.002 sd
+    sweep = [8, 10, 12, 15]  # measured shifts 1.28, 0.29, 0.006, 0.002 sd (L = 6: 2.8)
     shifts = [_shift(sphere_model, (XH, YH), {"f": SphericalHarmonicFeatures(2, L)}, sites, axes, exact)[0]
               for L in sweep]
     fewest = next(L for i, L in enumerate(sweep) if max(shifts[i:]) < 0.1)
