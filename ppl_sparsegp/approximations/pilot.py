@@ -59,6 +59,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
 from ..features.base import refined_features
+from ..parameters import is_concrete
 from .optimise import map_lbfgs
 
 __all__ = ["choose_features", "ChosenFeatures"]
@@ -179,9 +180,11 @@ def _mode_record(model, args, kwargs, sites, values, log_joint, z):
             kernel = site["infer"]["ppl_sparsegp_kernels"][gp]
             lsites = [k for k in _lengthscale_sites(gp, kernel, values) if k in sd]
             lowered = {k: _lowered(values[k], sd[k], z) for k in lsites}
-            ell = min((float(np.min(np.asarray(values[k]))) for k in lsites), default=math.nan)
+            fixed = getattr(kernel, "lengthscale", None)  # a lengthscale the model fixes: its own quantile
+            fixed = float(np.min(np.asarray(fixed))) if lsites == [] and is_concrete(fixed) else math.nan
+            ell = min((float(np.min(np.asarray(values[k]))) for k in lsites), default=fixed)
             gps[gp] = {"lengthscale": ell, "lowered": {k: v.tolist() for k, v in lowered.items()},
-                       "lengthscale_q": min((float(np.min(v)) for v in lowered.values()), default=math.nan),
+                       "lengthscale_q": min((float(np.min(v)) for v in lowered.values()), default=fixed),
                        "variance": _prior_variance(kernel, X), "noise_variance": s2}
     return {"log_joint": log_joint, "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
 
