@@ -242,3 +242,19 @@ def test_pilot_spherical_harmonic_features_against_the_exact_gp_and_a_sweep_of_t
     # the tolerance rule is conservative for this family (the coefficients' tail, not the posterior): the
     # degree within 2.5x the fewest that hold the posterior (measured 25 against 12: 676 features, not 169)
     assert fewest <= f.max_degree <= 2.5 * fewest, (f.max_degree, shifts)
+
+
+def test_pilot_keeps_a_family_without_a_rule_and_says_so():
+    x = np.linspace(0.0, 5.0, 40)
+    y = np.sin(x) + NOISE * np.random.default_rng(0).normal(size=40)
+    feats = {"trend": FourierFeatures.from_data(x, PRIOR, nu=2.5), "points": psg.InducingPoints(x[::8, None])}
+
+    def model(xs, ys, features=feats):
+        psg.marginal_spectral_gp("y", {"trend": (features["trend"], psg.Matern52(1.0, PRIOR)),
+                                       "points": (features["points"], psg.Matern32(0.1, 1.0))}, xs, ys, NOISE)
+
+    with pytest.raises(ValueError, match="'points' cannot be refined for the pilot.*refine=0"):
+        psg.choose_features(model, x, y, refine=1, starts=1)
+    chosen = psg.choose_features(model, x, y, refine=0, starts=1)
+    assert chosen["points"] is feats["points"] and "InducingPoints has no size rule" in chosen.info["kept"]["points"]
+    assert "trend" in chosen.info["needed"] and "trend" not in chosen.info["kept"]

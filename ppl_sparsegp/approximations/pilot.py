@@ -212,7 +212,8 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
     :param maxiter: L-BFGS iterations per start.
     :param kwargs: the model's keyword arguments.
     :returns: a :class:`ChosenFeatures` ``{gp name: feature}`` with the pilot's record in ``.info``.
-    :raises ValueError: for a model with latent functions or without ``marginal_spectral_gp``, or bad options.
+    :raises ValueError: for a model with latent functions or without ``marginal_spectral_gp``, bad options,
+        or ``refine`` > 0 with features of a family that has no ``refined()`` (inducing points).
     :raises FloatingPointError: where the log joint's Hessian at an optimum is not finite.
 
     The pilot runs in float64 (``jax.enable_x64``) whatever the user's setting: it is small, and what it
@@ -237,6 +238,7 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     base_sites, gps = _sites(_trace(model, args, kwargs))
     given = {gp: (feature, site["infer"].get("ppl_sparsegp_inputs")) for site in gps
              for gp, feature, _ in site["infer"]["ppl_sparsegp_gps"]}
+    _check_refinable(given, refine)
     z = -float(jax.scipy.stats.norm.ppf(quantile))
     with refined_features(refine) if refine else contextlib.nullcontext():
         sites = _sites(_trace(model, args, kwargs))[0]
@@ -259,6 +261,16 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     return out
 
 
+def _check_refinable(given, refine):
+    """Refuse, naming the fix, features the pilot cannot refine (a family without ``refined()``)."""
+    for gp, (feature, _) in given.items() if refine else ():
+        try:
+            feature.refined()
+        except NotImplementedError as err:
+            raise ValueError(f"choose_features: the features of {gp!r} cannot be refined for the pilot ({err}); "
+                             "pass refine=0 to run the pilot on the features as given") from err
+
+
 def _resize(model, args, kwargs, given, modes, noise_fraction):
     """Step 3: each GP's features resized (:meth:`~ppl_sparsegp.features.InducingFeature.resized`) for its
     kernel with every lengthscale at the shortest lower quantile of the kept modes, at the smallest
@@ -279,8 +291,8 @@ def _resize(model, args, kwargs, given, modes, noise_fraction):
         new = feature.resized(np.asarray(X), kernels[gp], tol)
         out[gp] = feature if new is None else new
         if new is None:
-            kept[gp] = (f"{type(feature).__name__} has no size rule for {type(kernels[gp]).__name__}: "
-                        "kept as given")
+            kept[gp] = (f"{type(feature).__name__} has no size rule for {type(kernels[gp]).__name__} (or its "
+                        "domain is sampled): kept as given")
         else:
             needed[gp] = {"lengthscale": min((f["lengthscale_q"] for f in figures), default=math.nan),
                           "tolerance": tol, "num_features": (feature.num_features, new.num_features)}
