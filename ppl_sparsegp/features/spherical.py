@@ -225,7 +225,9 @@ class SphericalHarmonicFeatures(InducingFeature):
     def refined(self) -> "SphericalHarmonicFeatures":
         """Degrees up to twice the highest (a chordal lengthscale about half as long: the coefficients'
         tail scales with the degree times ℓ), skipping the parity the kept degrees skip above 2 (an
-        arc-cosine kernel's vanishing degrees), within the supported degree."""
+        arc-cosine kernel's vanishing degrees), within the supported degree. The parity is read from the
+        degrees, so arc-cosine features of max_degree ≤ 3 (no gap yet) refine to every degree and Kuu
+        refuses the vanishing ones: build them with a higher max_degree, or run the pilot with refine=0."""
         L, top = self.max_degree, max(2 * self.max_degree, 1)
         while top > L and num_harmonics(self.d, top) > MAX_HARMONICS_PER_DEGREE:
             top -= 1
