@@ -54,7 +54,7 @@ def test_adequacy_of_harmonic_features_is_the_dense_trace_error():
         assert 0.02 < check["median"] < 0.98  # neither end: the comparison is informative
 
 
-@pytest.mark.slow  # one full fit (3000 SVI steps on 7 373 rows): 2-6 min on 2 cores
+@pytest.mark.slow  # one full fit (3000 SVI steps on 7 373 rows): 66 s on 2 cores, 3-4 min when shared
 def test_defaults_pass_their_own_adequacy_check(tmp_path):
     from inference.runner import main
 
