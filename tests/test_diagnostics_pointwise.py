@@ -59,3 +59,46 @@ def test_thinned_pointwise_groups_are_the_full_groups_at_the_kept_draws():
     for group, name in (("log_likelihood", "y"), ("posterior_predictive", "y"), ("posterior_predictive", "f")):
         np.testing.assert_allclose(getattr(capped, group)[name].values[0],
                                    getattr(full, group)[name].values[0, kept], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
+def test_from_mcmc_of_a_users_own_model_thins_its_log_likelihood_under_max_pointwise():
+    """A user's model function (spectral_gp and a Normal site y, N = 20; a marginal_spectral_gp site z,
+    N = 12, whose terms are leave-one-out): 2 chains × 30 draws at the cap 2·7·20 + 5 keep ⌊145 / 2 / 20⌋ = 7
+    evenly spaced draws per chain, labelled by their posterior draw, with the values the uncapped group
+    holds at those draws (computed by az.from_numpyro / the LOO pass over every draw); az.loo runs."""
+    import arviz as az
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    import ppl_sparsegp as psg
+
+    x = np.linspace(0.0, 1.0, 20)
+    y = np.sin(5 * x) + 0.1 * np.random.default_rng(0).normal(size=20)
+    feature = psg.FourierFeatures(-0.5, 1.5, 6)
+
+    def model(x, y):
+        k = psg.Matern32(1.0, numpyro.sample("ell", dist.LogNormal(-1.0, 0.3)))
+        f = psg.spectral_gp("f", feature, k, x)
+        numpyro.sample("y", dist.Normal(f, 0.2), obs=y)
+        psg.marginal_spectral_gp("z", (feature, k), x[::2][:12], y[::2][:12], 0.2)
+
+    mcmc = MCMC(NUTS(model), num_warmup=20, num_samples=30, num_chains=2, chain_method="sequential",
+                progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), x, y)
+    full = diagnostics.from_mcmc(mcmc, model)
+    capped = diagnostics.from_mcmc(mcmc, model, max_pointwise=2 * 7 * 20 + 5)
+    kept = np.round(np.linspace(0, 29, 7)).astype(int)
+    np.testing.assert_array_equal(capped.log_likelihood.draw.values, kept)
+    assert capped.posterior.sizes["draw"] == 30 and capped.posterior.attrs["pointwise_draws"] == 7
+    assert "pointwise_draws" not in full.posterior.attrs and full.log_likelihood.sizes["draw"] == 30
+    for site, n in (("y", 20), ("z", 10)):
+        assert capped.log_likelihood[site].shape == (2, 7, n)
+        np.testing.assert_allclose(capped.log_likelihood[site].values,
+                                   full.log_likelihood[site].sel(draw=kept).values, rtol=1e-10, atol=1e-12)
+    assert np.isfinite(az.loo(capped, var_name="y").elpd_loo)
+    off = diagnostics.from_mcmc(mcmc, model, log_likelihood=False, max_pointwise=10)
+    assert "log_likelihood" not in off.groups()
+    with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):
+        diagnostics.from_mcmc(mcmc, model, max_pointwise=0)

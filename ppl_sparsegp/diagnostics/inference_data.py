@@ -146,7 +146,10 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     ``az.from_numpyro`` builds the groups (posterior, sample_stats, log_likelihood of the observed sites, so
     that ``az.loo`` works, observed data) and the inducing sites ``<name>_v`` / ``<name>_u`` get the dim
     ``feature``; X, y, ``predictive`` and ``rng_key`` are not used (draw predictions with
-    ``numpyro.infer.Predictive``).
+    ``numpyro.infer.Predictive``). ``max_pointwise`` holds there too, with N the size of the largest
+    observed site: above it the ``log_likelihood`` group holds D evenly spaced draws per chain, evaluated
+    in vectorised blocks and labelled by their posterior draw, with the values the uncapped group has at
+    those draws.
     """
     if not hasattr(mcmc, "get_samples"):
         raise TypeError(f"from_mcmc: mcmc must be the numpyro.infer.MCMC object after mcmc.run(...), got "
@@ -155,7 +158,7 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
         if not callable(gp):
             raise TypeError(f"gp must be an approximation (SparseGP, CollapsedGP, ...) or the NumPyro model "
                             f"function that was sampled, got {type(gp).__name__}")
-        return _from_user_model(mcmc, coords, dims, log_likelihood)
+        return _from_user_model(mcmc, coords, dims, log_likelihood, max_pointwise)
     samples = mcmc.get_samples(group_by_chain=True)
     extra = mcmc.get_extra_fields(group_by_chain=True)
     stats = {}
@@ -187,56 +190,90 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
                         rng_key=rng_key, attrs=attrs, _pointwise=pointwise)
 
 
-def _from_user_model(mcmc, coords, dims, log_likelihood):
-    """az.from_numpyro with named dims for the inducing sites of spectral_gp (the last axis: feature)."""
+def _from_user_model(mcmc, coords, dims, log_likelihood, max_pointwise):
+    """az.from_numpyro with named dims for the inducing sites of spectral_gp (the last axis: feature); the
+    pointwise log likelihood for at most ``max_pointwise`` values per observed site (evenly spaced draws)."""
+    cap = MAX_POINTWISE if max_pointwise is None else _check_max_pointwise(max_pointwise)
+    samples = mcmc.get_samples(group_by_chain=True)
     all_dims = {}
-    for site, value in mcmc.get_samples(group_by_chain=True).items():
+    for site, value in samples.items():
         if site.endswith(("_v", "_u")) and np.ndim(value) >= 3:
             all_dims[site] = [f"{site}_dim_{i}" for i in range(np.ndim(value) - 3)] + ["feature"]
     all_dims.update(dims or {})
+    C, S = next(iter(samples.values())).shape[:2]
+    terms = _observed_terms(mcmc) if log_likelihood else None
+    N = max((int(np.size(v)) for v in terms[1].values()), default=1) if terms else 1
+    thinned = terms is not None and C * S * N > cap
     with _quiet_arviz():
-        idata = az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood)
-    if log_likelihood:
-        _marginal_loo(idata, mcmc)
+        idata = az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood and not thinned)
+    if thinned:  # D evenly spaced draws per chain (the same in every chain), in blocks, as from_svi
+        which = _pointwise_draws(S, N, max(1, cap // C))
+        values = _user_terms_at(terms[0], samples, which, block=max(1, _BLOCK_VALUES // N))
+        names = {n: tuple(all_dims.get(n, [f"{n}_dim_{i}" for i in range(v.ndim - 2)])) for n, v in values.items()}
+        ds = xr.Dataset({n: (("chain", "draw") + names[n], v) for n, v in values.items()},
+                        coords={"chain": np.arange(C), "draw": which})
+        with warnings.catch_warnings():  # added after the fact: ArviZ warns about the group order
+            warnings.simplefilter("ignore", UserWarning)
+            idata.add_groups({"log_likelihood": ds})
+        idata.posterior.attrs["pointwise_draws"] = int(len(which))
+    elif log_likelihood:
+        _marginal_loo(idata, mcmc, terms)
     return idata
 
 
-def _marginal_loo(idata, mcmc):
+def _marginal_base(fn):
+    """The :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian` (or exact) inside ``fn``, else None."""
+    from ..approximations.exact_marginal import ExactMarginalGaussian
+    from ..approximations.marginal import MarginalGaussian
+
+    while not isinstance(fn, (MarginalGaussian, ExactMarginalGaussian)) and hasattr(fn, "base_dist"):
+        fn = fn.base_dist
+    return fn if isinstance(fn, (MarginalGaussian, ExactMarginalGaussian)) else None
+
+
+def _observed_terms(mcmc):
+    """``(terms, first)``: ``terms(draw) -> {site: pointwise values}`` of every observed site of the sampled
+    model (its log density as ``numpyro.infer.log_likelihood``; for a marginal site of
+    ``marginal_spectral_gp``, which does not factorise over observations, the leave-one-out terms
+    log p(y_i | y_-i, θ)), and ``first``, the observed values of the first draw's trace."""
+    model, (args, kwargs) = mcmc.sampler.model, mcmc_run_arguments(mcmc)
+    draw0 = {k: v[0] for k, v in mcmc.get_samples().items()}
+    tr0 = model_trace(model, draw0, args, kwargs)
+    sites = [n for n, s in tr0.items() if s["type"] == "sample" and s["is_observed"]]
+    marginal = {n for n in sites if _marginal_base(tr0[n]["fn"]) is not None}
+
+    def terms(draw):
+        tr = model_trace(model, draw, args, kwargs)
+        return {n: (_marginal_base(tr[n]["fn"]).loo_log_prob(tr[n]["value"]) if n in marginal
+                    else tr[n]["fn"].log_prob(tr[n]["value"])) for n in sites}
+    return terms, {n: tr0[n]["value"] for n in sites}, marginal
+
+
+def _user_terms_at(terms, samples, which, block):
+    """``terms`` at the draws ``which`` of every chain: ``{site: (C, D, ...)}``, ``block`` draws at a time."""
+    C, S = next(iter(samples.values())).shape[:2]
+    idx = jnp.asarray((np.arange(C)[:, None] * S + np.asarray(which)[None, :]).reshape(-1))
+    flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:])[idx] for k, v in samples.items()}
+    out = jax.jit(lambda d: jax.lax.map(terms, d, batch_size=min(block, len(idx))))(flat)
+    return {n: np.asarray(v).reshape((C, len(which)) + v.shape[1:]) for n, v in out.items()}
+
+
+def _marginal_loo(idata, mcmc, terms):
     """Replace the joint log density of every :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian`
     site (``marginal_spectral_gp``; the model does not factorise over observations) in the
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model."""
-    from ..approximations.exact_marginal import ExactMarginalGaussian
-    from ..approximations.marginal import MarginalGaussian
-
-    marginals = (MarginalGaussian, ExactMarginalGaussian)
-
-    def base(fn):
-        while not isinstance(fn, marginals) and hasattr(fn, "base_dist"):
-            fn = fn.base_dist
-        return fn
-
-    model, (args, kwargs) = mcmc.sampler.model, mcmc_run_arguments(mcmc)
-    samples = mcmc.get_samples(group_by_chain=True)
-    C, S = next(iter(samples.values())).shape[:2]
-    flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:]) for k, v in samples.items()}
-
-    def trace(draw):
-        return model_trace(model, draw, args, kwargs)
-
-    first = trace({k: v[0] for k, v in flat.items()})
-    sites = [n for n, s in first.items()
-             if s["type"] == "sample" and s["is_observed"] and isinstance(base(s["fn"]), marginals)]
-    if not sites or "log_likelihood" not in idata.groups():
+    fn, first, marginal = terms
+    if not marginal or "log_likelihood" not in idata.groups():
         return
-    terms = jax.jit(lambda d: jax.lax.map(
-        lambda draw: {n: base(tr[n]["fn"]).loo_log_prob(tr[n]["value"])
-                      for tr in [trace(draw)] for n in sites}, d))(flat)
-    for n in sites:
-        v = np.asarray(terms[n])
-        idata.log_likelihood[n] = (("chain", "draw") + tuple(f"{n}_dim_{i}" for i in range(v.ndim - 1)),
-                                   v.reshape((C, S) + v.shape[1:]))
+    samples = mcmc.get_samples(group_by_chain=True)
+    S = next(iter(samples.values())).shape[1]
+    N = max(int(np.size(first[n])) for n in marginal)
+    values = _user_terms_at(lambda d: {n: v for n, v in fn(d).items() if n in marginal}, samples,
+                            np.arange(S), block=max(1, _BLOCK_VALUES // (N * N)))  # a draw's LOO: O(N²)
+    for n, v in values.items():
+        idata.log_likelihood[n] = (("chain", "draw") + tuple(f"{n}_dim_{i}" for i in range(v.ndim - 2)), v)
 
 
 #: the most values (draws × observations) from_svi puts in each variable of the pointwise groups
