@@ -12,17 +12,24 @@
        ``spherical.py``: the features are the same for every fit below;
     2. **collapsed**: the optimal q(u) and L-BFGS over the other hyperparameters on all rows (spherical:
        one-pass statistics): the test NLPD any q could reach with these features (the reference);
-    3. **natgrad** and **adam**: ``SparseGP`` SVI from the starting point (q(u) at the prior), minibatches of
-       ``--batch`` rows for adam (256, as ``spherical.py``) and ``--natgrad-batch`` for natgrad (default the
-       full batch: an epoch is one step), Adam(``--lr``) on the hyperparameters; natgrad steps q(u) by
-       :class:`~ppl_sparsegp.optim.NaturalGradient` (γ = ``--gamma``: default 1 on the full batch, 0.1 with
-       minibatches, whose noise γ = 1 would not average: measured, N = 5 000, B = 256, fixed
-       hyperparameters, the ELBO 60-190 % of the bound off after 10-20 steps at γ = 1, 2-5 % at γ = 0.1-0.2)
-       on ``AnalyticELBO``, adam steps
-       everything by Adam on ``TraceMeanField_ELBO`` (the library's default before issue 42). The test
-       NLPD every quarter epoch, up to ``--epochs`` epochs (natgrad stops one epoch after reaching the
-       target); reported: steps, epochs and seconds (training only, compilation included, evaluation
-       excluded) until the NLPD is within ``--tolerance`` (0.02) of the collapsed fit's.
+    3. **natgrad** and **adam**: ``SparseGP`` SVI from the starting point (q(u) at the prior). **natgrad**
+       (the default): minibatches of ``--natgrad-batch`` (256) rows, the rows of each epoch one permutation
+       (N // B disjoint minibatches, the last N mod B rows left out; an epoch is one pass over the rows);
+       per step :class:`~ppl_sparsegp.optim.NaturalGradient` on q(u) with γ_t = max(1/(t+1),
+       ``--gamma-floor``) (default floor 0) on the minibatch's ``AnalyticELBO`` (data term scaled by N/B),
+       then one Adam(``--natgrad-lr``, default ``--lr`` = 0.01) step on the hyperparameters at the new q (two
+       gradients of the minibatch per step). Why this schedule: for a Gaussian likelihood a step with γ
+       moves q's natural parameters to (1 − γ)θ + γθ̂_B, θ̂_B the optimum for the step's minibatch alone, so
+       with γ_t = 1/(t+1) θ is the mean of the minibatch optima so far, and after one pass over disjoint
+       minibatches it *is* the optimum of all rows at fixed hyperparameters (exactly: tested), while the
+       hyperparameters get N/B Adam steps per epoch instead of one. A constant γ keeps the last minibatches'
+       noise (γ = 1: q is one minibatch's optimum); ``--natgrad-batch 0`` is the full batch with γ = 1 (one
+       step per epoch: q optimal, one Adam step per epoch). ``--gamma`` sets a constant γ. **adam**: Adam
+       (``--lr``) on everything, ``TraceMeanField_ELBO`` (the library's default before issue 42), random
+       minibatches of ``--batch`` (256, as ``spherical.py``). The test NLPD every quarter epoch, up to
+       ``--epochs`` epochs (natgrad stops one epoch after reaching the target); reported: steps, epochs
+       and seconds (training only, compilation included, evaluation excluded) until the NLPD is within
+       ``--tolerance`` (0.02) of the collapsed fit's.
 
 (b) **non-conjugate, minibatches**: Bernoulli on banana (400 rows, bundled) and on a simulated 2-D
     classification set of ``--class-n`` (10⁵) rows; Poisson on a simulated 1-D Cox process of
@@ -35,9 +42,19 @@
     seconds until the ELBO is within 0.1 % of it, rejected natural-gradient steps and failures
     (non-finite ELBO or params) over the seeds.
 
-``python -m inference.benchmarks.natural_gradients [--quick] [--parts a,b] [--cpu N] [--data-dir DIR]``
-writes ``results/natural_gradients.json`` and prints Markdown tables; ``--quick`` is a smoke run (small
-M, two UCI sets, few steps and seeds).
+(c) **airline size** (``--airline-n``, default 3 952 942 training rows: ``spherical.py`` part (b)'s
+    synthetic set, split, features (degree ``--airline-degree`` = 3: M = 210) and priors): the collapsed fit
+    (:func:`~ppl_sparsegp.fit_spherical`: the map (s, b) from a 5 000-row MAP, one-pass statistics, L-BFGS)
+    against natural-gradient SVI (as natgrad above: γ_t = 1/(t+1), Adam on the rest) from fit_spherical's
+    starting point (its stage-1 subsample MAP, recomputed: ``start_matches_fit`` checks the map is the
+    fit's) for ONE epoch of minibatches of ``--airline-batch`` (1 024); test MSE of both on the test third
+    (target: SVI within 0.005 of the collapsed fit), seconds of each (SVI: training only, compilation
+    included), the test MSE on the first 10⁵ test rows every quarter epoch.
+
+``python -m inference.benchmarks.natural_gradients [--quick] [--parts a,b,c] [--cpu N] [--data-dir DIR]``
+writes ``results/natural_gradients.json`` (rewritten after every (set, features) of part a) and prints
+Markdown tables; ``--quick`` is a smoke run (small M, two UCI sets, few steps and seeds, 20 000 airline
+rows).
 
 References:
     1. Salimbeni, Eleftheriadis, Hensman (2018), Natural gradients in practice, AISTATS.
@@ -180,9 +197,10 @@ def _blocks(X, y, B, per_epoch, passes):
             yield X[idx], y[idx]
 
 
-def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args):
+def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args, lr=None):
     """SVI from ``init`` until the test NLPD is within the tolerance (then one more epoch, natgrad) or the
-    epoch budget ends; the test NLPD every quarter epoch. Returns the row's fields."""
+    epoch budget ends; the test NLPD every quarter epoch; ``lr``: natgrad's Adam rate on the hyperparameters
+    (default ``--lr``). Returns the row's fields."""
     import warnings
 
     import jax
@@ -203,7 +221,7 @@ def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args):
     kwargs = {} if B == N or passes else {"batch_size": B}
     if optimizer == "natgrad":
         gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=B == N)
-        lr = args.lr if args.natgrad_lr is None else args.natgrad_lr
+        lr = args.lr if lr is None else lr
         svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma),
                   _pass_elbo(gp) if passes else AnalyticELBO(gp))
     else:
@@ -261,12 +279,18 @@ def run_uci(name, kind, args, root):
             "collapsed_nlpd": ref, "collapsed_s": ref_s, "target": ref + args.tolerance}
     rows = []
     for optimizer in args.optimizers.split(","):
-        gp = SparseGP(feature, kernel, noise)
-        init = {f"{k}_map": v for k, v in v0.items()}
-        row = train_to_target(gp, X, y, Xs, ys, scaler["y_sd"], optimizer=optimizer, init=init,
-                              target=ref + args.tolerance, args=args)
-        rows.append({**base, **row, "load": os.getloadavg()[0]})
+        for lr in _natgrad_lrs(args) if optimizer == "natgrad" else [None]:
+            gp = SparseGP(feature, kernel, noise)
+            init = {f"{k}_map": v for k, v in v0.items()}
+            row = train_to_target(gp, X, y, Xs, ys, scaler["y_sd"], optimizer=optimizer, init=init,
+                                  target=ref + args.tolerance, args=args, lr=lr)
+            rows.append({**base, **row, "load": os.getloadavg()[0]})
     return rows
+
+
+def _natgrad_lrs(args):
+    """The hyperparameters' Adam rates of the natgrad rows (``--natgrad-lr``, a comma list; default ``--lr``)."""
+    return [args.lr] if args.natgrad_lr is None else [float(v) for v in str(args.natgrad_lr).split(",")]
 
 
 # --- (c) the airline-size set: one epoch of minibatches ------------------------------------------------------------
@@ -315,7 +339,7 @@ def run_airline_svi(args):
     gp = SparseGP(feature, prior.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in fixed}), lik)
     init = {f"{k}_map": v for k, v in v0.items() if k not in ("kernel_lengthscale", "kernel_bias")}
     N, B = len(ytr), min(args.airline_batch, len(ytr))
-    lr = args.lr if args.natgrad_lr is None else args.natgrad_lr
+    lr = _natgrad_lrs(args)[0]
     gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=False)
     svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma), _pass_elbo(gp))
     state = svi.init(jax.random.PRNGKey(0), jnp.asarray(Xtr[:B]), jnp.asarray(ytr[:B]), init_params=init)
@@ -444,7 +468,7 @@ def summarise_nonconjugate(rows):
 
 def main(argv=None):
     p = harness.parser("natural_gradients", __doc__)
-    p.add_argument("--parts", default="a,b")
+    p.add_argument("--parts", default="a,b,c")
     p.add_argument("--data-dir", default=None, help="the data folder (default ../shared/data)")
     p.add_argument("--datasets", default=",".join(UCI))
     p.add_argument("--features", default="spherical,inducing")
@@ -456,8 +480,8 @@ def main(argv=None):
     p.add_argument("--natgrad-batch", type=int, default=256, help="natural gradients' minibatch rows (0: the "
                    "full batch, where one step with γ = 1 reaches the optimal q)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam's learning rate (the adam rows)")
-    p.add_argument("--natgrad-lr", type=float, default=None, help="the hyperparameters' Adam learning rate in "
-                   "the natgrad rows (default --lr)")
+    p.add_argument("--natgrad-lr", default=None, help="the hyperparameters' Adam learning rate in the natgrad "
+                   "rows, or a comma list of them (one row each; default --lr; part c takes the first)")
     p.add_argument("--gamma", type=float, default=None, help="a constant natural-gradient step size (default: "
                    "1 on the full batch; max(1/(t+1), --gamma-floor) at step t with minibatches)")
     p.add_argument("--gamma-floor", type=float, default=0.0, help="the floor of the minibatch schedule")
@@ -488,13 +512,15 @@ def main(argv=None):
     parts = args.parts.split(",")
     result = {"machine": machine, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "merge")},
               "load_before": os.getloadavg()[0]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    store = harness.Store(args.out, ["part"], resume=False)
     if "a" in parts:
-        rows = []
+        rows = result["uci"] = []
         for name in args.datasets.split(","):
             for kind in args.features.split(","):
                 rows += run_uci(name, kind, args, args.data_dir)
                 print(harness.table(rows[-2:], _A_COLUMNS), flush=True)
-        result["uci"] = rows
+                store.write_json(result)  # what is done so far: an interrupted run keeps it
         print("\n(a) UCI: test NLPD within", args.tolerance, "of the collapsed fit with the same features\n")
         print(harness.table(rows, _A_COLUMNS))
     if "b" in parts:
@@ -509,16 +535,15 @@ def main(argv=None):
         print("\n(c) airline size: test MSE after one epoch of natural-gradient SVI against the collapsed fit\n")
         print(harness.table([row], _C_COLUMNS))
     result["load_after"] = os.getloadavg()[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    harness.Store(args.out, ["part"], resume=False).write_json(result)
+    store.write_json(result)
     return result
 
 
 _A_COLUMNS = [("set", "dataset", ""), ("features", "features", ""), ("M", "M", "d"), ("N", "n_train", "d"),
-              ("optimiser", "optimizer", ""), ("batch", "batch", "d"), ("collapsed NLPD", "collapsed_nlpd", ".3f"),
-              ("best NLPD", "best_nlpd", ".3f"), ("steps to target", "reached_steps", "d"),
-              ("epochs to target", "reached_epochs", ".2f"), ("s to target", "reached_s", ".1f"),
-              ("epochs run", "epochs_run", ".2f")]
+              ("optimiser", "optimizer", ""), ("batch", "batch", "d"), ("natgrad lr", "natgrad_lr", ""),
+              ("collapsed NLPD", "collapsed_nlpd", ".3f"), ("best NLPD", "best_nlpd", ".3f"),
+              ("steps to target", "reached_steps", "d"), ("epochs to target", "reached_epochs", ".2f"),
+              ("s to target", "reached_s", ".1f"), ("epochs run", "epochs_run", ".2f")]
 _C_COLUMNS = [("N", "n_train", "d"), ("M", "M", "d"), ("batch", "batch", "d"),
               ("collapsed MSE", "collapsed_mse", ".4f"), ("collapsed s", "collapsed_s", ".1f"),
               ("SVI epochs", "svi_epochs", ".2f"), ("SVI MSE", "svi_mse", ".4f"),
