@@ -12,17 +12,24 @@
        ``spherical.py``: the features are the same for every fit below;
     2. **collapsed**: the optimal q(u) and L-BFGS over the other hyperparameters on all rows (spherical:
        one-pass statistics): the test NLPD any q could reach with these features (the reference);
-    3. **natgrad** and **adam**: ``SparseGP`` SVI from the starting point (q(u) at the prior), minibatches of
-       ``--batch`` rows for adam (256, as ``spherical.py``) and ``--natgrad-batch`` for natgrad (default the
-       full batch: an epoch is one step), Adam(``--lr``) on the hyperparameters; natgrad steps q(u) by
-       :class:`~ppl_sparsegp.optim.NaturalGradient` (γ = ``--gamma``: default 1 on the full batch, 0.1 with
-       minibatches, whose noise γ = 1 would not average: measured, N = 5 000, B = 256, fixed
-       hyperparameters, the ELBO 60-190 % of the bound off after 10-20 steps at γ = 1, 2-5 % at γ = 0.1-0.2)
-       on ``AnalyticELBO``, adam steps
-       everything by Adam on ``TraceMeanField_ELBO`` (the library's default before issue 42). The test
-       NLPD every quarter epoch, up to ``--epochs`` epochs (natgrad stops one epoch after reaching the
-       target); reported: steps, epochs and seconds (training only, compilation included, evaluation
-       excluded) until the NLPD is within ``--tolerance`` (0.02) of the collapsed fit's.
+    3. **natgrad** and **adam**: ``SparseGP`` SVI from the starting point (q(u) at the prior). **natgrad**
+       (the default): minibatches of ``--natgrad-batch`` (256) rows, the rows of each epoch one permutation
+       (N // B disjoint minibatches, the last N mod B rows left out; an epoch is one pass over the rows);
+       per step :class:`~ppl_sparsegp.optim.NaturalGradient` on q(u) with γ_t = max(1/(t+1),
+       ``--gamma-floor``) (default floor 0) on the minibatch's ``AnalyticELBO`` (data term scaled by N/B),
+       then one Adam(``--natgrad-lr``, default ``--lr`` = 0.01) step on the hyperparameters at the new q (two
+       gradients of the minibatch per step). Why this schedule: for a Gaussian likelihood a step with γ
+       moves q's natural parameters to (1 − γ)θ + γθ̂_B, θ̂_B the optimum for the step's minibatch alone, so
+       with γ_t = 1/(t+1) θ is the mean of the minibatch optima so far, and after one pass over disjoint
+       minibatches it *is* the optimum of all rows at fixed hyperparameters (exactly: tested), while the
+       hyperparameters get N/B Adam steps per epoch instead of one. A constant γ keeps the last minibatches'
+       noise (γ = 1: q is one minibatch's optimum); ``--natgrad-batch 0`` is the full batch with γ = 1 (one
+       step per epoch: q optimal, one Adam step per epoch). ``--gamma`` sets a constant γ. **adam**: Adam
+       (``--lr``) on everything, ``TraceMeanField_ELBO`` (the library's default before issue 42), random
+       minibatches of ``--batch`` (256, as ``spherical.py``). The test NLPD every quarter epoch, up to
+       ``--epochs`` epochs (natgrad stops one epoch after reaching the target); reported: steps, epochs
+       and seconds (training only, compilation included, evaluation excluded) until the NLPD is within
+       ``--tolerance`` (0.02) of the collapsed fit's.
 
 (b) **non-conjugate, minibatches**: Bernoulli on banana (400 rows, bundled) and on a simulated 2-D
     classification set of ``--class-n`` (10⁵) rows; Poisson on a simulated 1-D Cox process of
@@ -35,9 +42,19 @@
     seconds until the ELBO is within 0.1 % of it, rejected natural-gradient steps and failures
     (non-finite ELBO or params) over the seeds.
 
-``python -m inference.benchmarks.natural_gradients [--quick] [--parts a,b] [--cpu N] [--data-dir DIR]``
-writes ``results/natural_gradients.json`` and prints Markdown tables; ``--quick`` is a smoke run (small
-M, two UCI sets, few steps and seeds).
+(c) **airline size** (``--airline-n``, default 3 952 942 training rows: ``spherical.py`` part (b)'s
+    synthetic set, split, features (degree ``--airline-degree`` = 3: M = 210) and priors): the collapsed fit
+    (:func:`~ppl_sparsegp.fit_spherical`: the map (s, b) from a 5 000-row MAP, one-pass statistics, L-BFGS)
+    against natural-gradient SVI (as natgrad above: γ_t = 1/(t+1), Adam on the rest) from fit_spherical's
+    starting point (its stage-1 subsample MAP, recomputed: ``start_matches_fit`` checks the map is the
+    fit's) for ONE epoch of minibatches of ``--airline-batch`` (1 024); test MSE of both on the test third
+    (target: SVI within 0.005 of the collapsed fit), seconds of each (SVI: training only, compilation
+    included), the test MSE on the first 10⁵ test rows every quarter epoch.
+
+``python -m inference.benchmarks.natural_gradients [--quick] [--parts a,b,c] [--cpu N] [--data-dir DIR]``
+writes ``results/natural_gradients.json`` (rewritten after every (set, features) of part a) and prints
+Markdown tables; ``--quick`` is a smoke run (small M, two UCI sets, few steps and seeds, 20 000 airline
+rows).
 
 References:
     1. Salimbeni, Eleftheriadis, Hensman (2018), Natural gradients in practice, AISTATS.
@@ -129,9 +146,61 @@ def _test_nlpd(gp, feature, values, m_v, S_v, Xs, ys, y_sd):
     return nlpd(ys, np.asarray(m), np.asarray(v) + float(lik.variance), y_scale=y_sd)
 
 
-def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args):
+def natgrad_gamma(gamma, floor, *, full_batch):
+    """The natural-gradient step size: ``gamma`` if given; else 1 on the full batch (one step reaches the
+    optimal q); else, with minibatches, :math:`\\gamma_t = \\max(1/(t+1), \\gamma_{floor})` (a callable).
+
+    For a Gaussian likelihood a step with γ moves q's natural parameters to (1 − γ)θ + γθ̂_B, θ̂_B the
+    optimum for the step's minibatch (its data term scaled by N/B); with γ_t = 1/(t+1), θ_t is the mean of
+    the t + 1 minibatch optima so far (the running average of the data term: its noise falls as 1/t, and
+    after one epoch q is what one pass over all rows gives), and the floor keeps forgetting the minibatches
+    seen at older hyperparameters.
+    """
+    import jax.numpy as jnp
+
+    if gamma is not None:
+        return gamma
+    if full_batch:
+        return 1.0
+    return lambda t: jnp.maximum(1.0 / (jnp.asarray(t, jnp.float64) + 1.0), floor)
+
+
+def _pass_elbo(gp):
+    """``AnalyticELBO`` of ``gp`` on a given minibatch ``(Xb, yb)`` of a set of ``num_data`` rows (its data
+    term scaled by num_data / len(Xb)): the benchmark hands the steps one permutation of the rows per epoch
+    (every row once per pass), where ``AnalyticELBO(batch_size=B)`` draws each step's rows afresh."""
+    import jax.numpy as jnp
+
+    from ppl_sparsegp.optim import AnalyticELBO
+
+    class PassELBO(AnalyticELBO):
+        def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, num_data=None, **kwargs):
+            values = self.gp.point_values(param_map)
+            log_prior = sum(jnp.sum(prior.log_prob(values[site])) for site, prior in
+                            self.gp.hyperparameter_sites().items())
+            return {"loss": -(self.gp.elbo(param_map, X, y, num_data=num_data) + log_prior),
+                    "mutable_state": None}
+
+    return PassELBO(gp)
+
+
+def _blocks(X, y, B, per_epoch, passes):
+    """The step blocks of one quarter epoch each: ``(Xb (k, B, D), yb (k, B))``, the rows of each epoch
+    a fresh permutation (the last N mod B rows of it left out), for ``passes`` (natgrad, minibatches)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    X, y = np.asarray(X), np.asarray(y)
+    for _ in range(passes):
+        perm = rng.permutation(len(y))[:per_epoch * B].reshape(per_epoch, B)
+        for idx in np.array_split(perm, min(4, per_epoch)):
+            yield X[idx], y[idx]
+
+
+def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args, lr=None):
     """SVI from ``init`` until the test NLPD is within the tolerance (then one more epoch, natgrad) or the
-    epoch budget ends. Returns the row's fields."""
+    epoch budget ends; the test NLPD every quarter epoch; ``lr``: natgrad's Adam rate on the hyperparameters
+    (default ``--lr``). Returns the row's fields."""
     import warnings
 
     import jax
@@ -148,25 +217,32 @@ def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args):
     B = N if batch <= 0 else min(batch, N)
     per_epoch = max(1, N // B)
     every = max(1, per_epoch // 4)
-    kwargs = {} if B == N else {"batch_size": B}
+    passes = optimizer == "natgrad" and B < N  # natgrad on minibatches: one permutation per epoch
+    kwargs = {} if B == N or passes else {"batch_size": B}
     if optimizer == "natgrad":
-        gamma = args.gamma if args.gamma is not None else 1.0 if B == N else 0.1
-        svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(args.lr), gamma=gamma),
-                  AnalyticELBO(gp))
+        gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=B == N)
+        lr = args.lr if lr is None else lr
+        svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma),
+                  _pass_elbo(gp) if passes else AnalyticELBO(gp))
     else:
         svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(args.lr), TraceMeanField_ELBO())
-    state = svi.init(jax.random.PRNGKey(0), X, y, init_params=init, **kwargs)
+    state = svi.init(jax.random.PRNGKey(0), X, y, init_params=init, **({} if passes else kwargs))
 
     @jax.jit
     def advance(state, X, y):
+        if passes:  # a block of minibatches (k, B, ...) of the epoch's permutation
+            return jax.lax.scan(lambda s, b: (svi.update(s, *b, num_data=N)[0], None), state, (X, y))[0]
         return jax.lax.fori_loop(0, every, lambda i, s: svi.update(s, X, y, **kwargs)[0], state)
 
+    blocks = _blocks(X, y, B, per_epoch, args.epochs) if passes else \
+        ((X, y) for _ in range(-(-args.epochs * per_epoch // every)))
     predict = jax.jit(lambda Xc, p: gp.predict(Xc, params=p))
     steps, seconds, trace, reached, compile_s = 0, 0.0, [], None, 0.0
-    while steps < args.epochs * per_epoch:
+    for Xb, yb in blocks:
         with harness.clock() as c:
-            state = jax.block_until_ready(advance(state, X, y))
-        seconds, steps, compile_s = seconds + c.wall, steps + every, compile_s + c.compile
+            state = jax.block_until_ready(advance(state, Xb, yb))
+        seconds, compile_s = seconds + c.wall, compile_s + c.compile
+        steps += len(Xb) if passes else every
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = predict(jnp.asarray(Xs), svi.get_params(state))
@@ -183,7 +259,9 @@ def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args):
     if reached is not None:
         row.update(reached_steps=reached[0], reached_epochs=reached[1], reached_s=reached[2])
     if optimizer == "natgrad":
-        row.update(rejected=NaturalGradient.rejected_steps(state.optim_state), gamma=gamma)
+        row.update(rejected=NaturalGradient.rejected_steps(state.optim_state),
+                   gamma=args.gamma if args.gamma is not None else 1.0 if B == N else
+                   f"max(1/(t+1), {args.gamma_floor})", natgrad_lr=lr)
     return row
 
 
@@ -201,12 +279,88 @@ def run_uci(name, kind, args, root):
             "collapsed_nlpd": ref, "collapsed_s": ref_s, "target": ref + args.tolerance}
     rows = []
     for optimizer in args.optimizers.split(","):
-        gp = SparseGP(feature, kernel, noise)
-        init = {f"{k}_map": v for k, v in v0.items()}
-        row = train_to_target(gp, X, y, Xs, ys, scaler["y_sd"], optimizer=optimizer, init=init,
-                              target=ref + args.tolerance, args=args)
-        rows.append({**base, **row, "load": os.getloadavg()[0]})
+        for lr in _natgrad_lrs(args) if optimizer == "natgrad" else [None]:
+            gp = SparseGP(feature, kernel, noise)
+            init = {f"{k}_map": v for k, v in v0.items()}
+            row = train_to_target(gp, X, y, Xs, ys, scaler["y_sd"], optimizer=optimizer, init=init,
+                                  target=ref + args.tolerance, args=args, lr=lr)
+            rows.append({**base, **row, "load": os.getloadavg()[0]})
     return rows
+
+
+def _natgrad_lrs(args):
+    """The hyperparameters' Adam rates of the natgrad rows (``--natgrad-lr``, a comma list; default ``--lr``)."""
+    return [args.lr] if args.natgrad_lr is None else [float(v) for v in str(args.natgrad_lr).split(",")]
+
+
+# --- (c) the airline-size set: one epoch of minibatches ------------------------------------------------------------
+def airline_start(feature, map_feature, prior, lik, X, y, *, subsample, seed, maxiter):
+    """``fit_spherical``'s stage 1 (the subsample MAP; the same rows, seed and model): the starting point."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ppl_sparsegp import CollapsedGP
+    from ppl_sparsegp.approximations.optimise import map_lbfgs
+
+    idx = np.sort(np.random.default_rng(seed).choice(len(y), min(subsample, len(y)), replace=False))
+    small = CollapsedGP(map_feature, prior, lik)
+    v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(), maxiter=maxiter, seed=seed,
+                      model_args=(jnp.asarray(X[idx], jnp.float64), jnp.asarray(y[idx], jnp.float64)))
+    return v0
+
+
+def run_airline_svi(args):
+    """Part (c): the collapsed fit (``fit_spherical``, as ``spherical.py`` part b) against natural-gradient SVI
+    for one epoch of minibatches of ``--airline-batch`` from its starting point; test MSE of both."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import numpyro
+    from numpyro.infer import SVI
+
+    from inference.benchmarks.spherical import airline_data, airline_model, predict_chunks
+    from ppl_sparsegp import SparseGP, fit_spherical
+    from ppl_sparsegp.optim import NaturalGradient
+
+    Xtr, ytr, Xte, yte, f_test = airline_data(args.airline_n)
+    feature, map_feature, prior, lik, kw = airline_model(Xtr.shape[1], args.airline_degree)
+    row = {"n_train": len(ytr), "n_test": len(yte), "M": int(feature.num_features), "batch": args.airline_batch,
+           "oracle_mse": float(np.mean((yte - f_test) ** 2)), "load_before": os.getloadavg()[0]}
+    with harness.clock() as c:
+        fit = fit_spherical(feature, prior, lik, Xtr, ytr, maxiter=args.maxiter, chunk_size=8192, **kw)
+    m, _ = fit.predict(Xte, chunk_size=8192)
+    row.update(collapsed_s=c.wall, collapsed_mse=float(np.mean((yte - m) ** 2)))
+    v0 = airline_start(feature, map_feature, prior, lik, Xtr, ytr, subsample=kw["subsample"], seed=kw["seed"],
+                       maxiter=args.maxiter)
+    fixed = ("lengthscale", "bias")  # the map (s, b): fit_spherical's stage 1, fixed from there on
+    row["start_matches_fit"] = bool(all(np.allclose(v0[f"kernel_{f}"], fit.values[f"kernel_{f}"]) for f in fixed))
+    gp = SparseGP(feature, prior.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in fixed}), lik)
+    init = {f"{k}_map": v for k, v in v0.items() if k not in ("kernel_lengthscale", "kernel_bias")}
+    N, B = len(ytr), min(args.airline_batch, len(ytr))
+    lr = _natgrad_lrs(args)[0]
+    gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=False)
+    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma), _pass_elbo(gp))
+    state = svi.init(jax.random.PRNGKey(0), jnp.asarray(Xtr[:B]), jnp.asarray(ytr[:B]), init_params=init)
+    advance = jax.jit(lambda s, Xb, yb: jax.lax.scan(
+        lambda s, b: (svi.update(s, *b, num_data=N)[0], None), s, (Xb, yb))[0])
+    seconds, trace, steps = 0.0, [], 0
+    for Xb, yb in _blocks(Xtr, ytr, B, N // B, 1):  # one epoch, in quarters
+        with harness.clock() as c:
+            state = jax.block_until_ready(advance(state, jnp.asarray(Xb), jnp.asarray(yb)))
+        seconds, steps = seconds + c.wall, steps + len(Xb)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mq, _ = predict_chunks(gp, svi.get_params(state), Xte[:100_000], chunk=8192)
+        trace.append((steps, steps * B / N, seconds, float(np.mean((yte[:100_000] - mq) ** 2))))
+    m, _ = predict_chunks(gp, svi.get_params(state), Xte, chunk=8192)
+    row.update(svi_steps=steps, svi_epochs=steps * B / N, svi_s=seconds, svi_mse=float(np.mean((yte - m) ** 2)),
+               trace_test100k=trace, rejected=NaturalGradient.rejected_steps(state.optim_state), natgrad_lr=lr,
+               gamma=args.gamma if args.gamma is not None else f"max(1/(t+1), {args.gamma_floor})",
+               load_after=os.getloadavg()[0])
+    row["mse_gap"] = row["svi_mse"] - row["collapsed_mse"]
+    return row
 
 
 # --- (b) non-conjugate likelihoods, minibatches -------------------------------------------------------------------
@@ -314,7 +468,7 @@ def summarise_nonconjugate(rows):
 
 def main(argv=None):
     p = harness.parser("natural_gradients", __doc__)
-    p.add_argument("--parts", default="a,b")
+    p.add_argument("--parts", default="a,b,c")
     p.add_argument("--data-dir", default=None, help="the data folder (default ../shared/data)")
     p.add_argument("--datasets", default=",".join(UCI))
     p.add_argument("--features", default="spherical,inducing")
@@ -323,14 +477,20 @@ def main(argv=None):
     p.add_argument("--max-features", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch", type=int, default=256, help="Adam's minibatch rows (0: the full batch)")
-    p.add_argument("--natgrad-batch", type=int, default=0, help="natural gradients' minibatch rows (0, default: "
-                   "the full batch, where one step with γ = 1 reaches the optimal q)")
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--gamma", type=float, default=None, help="natural-gradient step size (default: 1 on the "
-                   "full batch, 0.1 with minibatches)")
+    p.add_argument("--natgrad-batch", type=int, default=256, help="natural gradients' minibatch rows (0: the "
+                   "full batch, where one step with γ = 1 reaches the optimal q)")
+    p.add_argument("--lr", type=float, default=0.01, help="Adam's learning rate (the adam rows)")
+    p.add_argument("--natgrad-lr", default=None, help="the hyperparameters' Adam learning rate in the natgrad "
+                   "rows, or a comma list of them (one row each; default --lr; part c takes the first)")
+    p.add_argument("--gamma", type=float, default=None, help="a constant natural-gradient step size (default: "
+                   "1 on the full batch; max(1/(t+1), --gamma-floor) at step t with minibatches)")
+    p.add_argument("--gamma-floor", type=float, default=0.0, help="the floor of the minibatch schedule")
     p.add_argument("--tolerance", type=float, default=0.02)
     p.add_argument("--collapsed-subsample", type=int, default=2000)
     p.add_argument("--maxiter", type=int, default=200)
+    p.add_argument("--airline-n", type=int, default=3_952_942, help="(c) training rows (default: airline size)")
+    p.add_argument("--airline-degree", type=int, default=3, help="(c) the features' largest degree (M = 210)")
+    p.add_argument("--airline-batch", type=int, default=1024, help="(c) minibatch rows")
     p.add_argument("--tasks", default="banana,classification-2d,cox")
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--class-n", type=int, default=100_000)
@@ -344,7 +504,7 @@ def main(argv=None):
     if args.quick:  # small sizes, for the settings the command line leaves at their defaults
         small = {"datasets": "concrete,energy", "max_features": 60, "epochs": 4, "collapsed_subsample": 300,
                  "maxiter": 50, "seeds": 2, "class_n": 5000, "cox_bins": 2000, "class_m": 16,
-                 "class_steps": 200, "class_eval": 20}
+                 "class_steps": 200, "class_eval": 20, "airline_n": 20_000, "airline_degree": 2}
         for k, v in small.items():
             if getattr(args, k) == p.get_default(k):
                 setattr(args, k, v)
@@ -352,13 +512,15 @@ def main(argv=None):
     parts = args.parts.split(",")
     result = {"machine": machine, "settings": {k: v for k, v in vars(args).items() if k not in ("out", "merge")},
               "load_before": os.getloadavg()[0]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    store = harness.Store(args.out, ["part"], resume=False)
     if "a" in parts:
-        rows = []
+        rows = result["uci"] = []
         for name in args.datasets.split(","):
             for kind in args.features.split(","):
                 rows += run_uci(name, kind, args, args.data_dir)
                 print(harness.table(rows[-2:], _A_COLUMNS), flush=True)
-        result["uci"] = rows
+                store.write_json(result)  # what is done so far: an interrupted run keeps it
         print("\n(a) UCI: test NLPD within", args.tolerance, "of the collapsed fit with the same features\n")
         print(harness.table(rows, _A_COLUMNS))
     if "b" in parts:
@@ -368,17 +530,24 @@ def main(argv=None):
         result["nonconjugate"] = summarise_nonconjugate(rows)
         print("\n(b) non-conjugate: steps to within 0.1 % of the best ELBO reached (median over converged seeds)\n")
         print(harness.table(result["nonconjugate"], _B_COLUMNS))
+    if "c" in parts:
+        result["airline"] = row = run_airline_svi(args)
+        print("\n(c) airline size: test MSE after one epoch of natural-gradient SVI against the collapsed fit\n")
+        print(harness.table([row], _C_COLUMNS))
     result["load_after"] = os.getloadavg()[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    harness.Store(args.out, ["part"], resume=False).write_json(result)
+    store.write_json(result)
     return result
 
 
 _A_COLUMNS = [("set", "dataset", ""), ("features", "features", ""), ("M", "M", "d"), ("N", "n_train", "d"),
-              ("optimiser", "optimizer", ""), ("batch", "batch", "d"), ("collapsed NLPD", "collapsed_nlpd", ".3f"),
-              ("best NLPD", "best_nlpd", ".3f"), ("steps to target", "reached_steps", "d"),
-              ("epochs to target", "reached_epochs", ".2f"), ("s to target", "reached_s", ".1f"),
-              ("epochs run", "epochs_run", ".2f")]
+              ("optimiser", "optimizer", ""), ("batch", "batch", "d"), ("natgrad lr", "natgrad_lr", ""),
+              ("collapsed NLPD", "collapsed_nlpd", ".3f"), ("best NLPD", "best_nlpd", ".3f"),
+              ("steps to target", "reached_steps", "d"), ("epochs to target", "reached_epochs", ".2f"),
+              ("s to target", "reached_s", ".1f"), ("epochs run", "epochs_run", ".2f")]
+_C_COLUMNS = [("N", "n_train", "d"), ("M", "M", "d"), ("batch", "batch", "d"),
+              ("collapsed MSE", "collapsed_mse", ".4f"), ("collapsed s", "collapsed_s", ".1f"),
+              ("SVI epochs", "svi_epochs", ".2f"), ("SVI MSE", "svi_mse", ".4f"),
+              ("SVI − collapsed", "mse_gap", "+.4f"), ("SVI s", "svi_s", ".1f"), ("oracle MSE", "oracle_mse", ".4f")]
 _B_COLUMNS = [("task", "task", ""), ("N", "n", "d"), ("optimiser", "optimizer", ""), ("seeds", "seeds", "d"),
               ("converged", "converged", "d"), ("failures", "failures", "d"), ("rejected steps", "rejected", "d"),
               ("median steps", "median_steps", ".0f"), ("median s", "median_s", ".2f"),

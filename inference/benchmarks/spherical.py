@@ -197,33 +197,49 @@ def run_uci(name, method, args, root):
 
 
 # --- (b) the airline-size set through one-pass statistics -------------------------------------------------------
-def run_airline(args):
-    import jax.numpy as jnp
-    import numpy as np
-    import numpyro.distributions as dist
-
+def airline_data(n_train):
+    """The airline-size synthetic set: ``models.airline.synthetic`` of 1.5 ``n_train`` rows, the split of
+    ``vff_scaling``, inputs centred in [−½, ½]: ``(Xtr, ytr, Xte, yte, f_test)`` (f_test: the noise-free
+    standardised test target)."""
     from models import airline
-    from ppl_sparsegp import ChordalMatern, Gaussian, SphericalHarmonicFeatures, fit_spherical
 
-    n_total = int(round(args.airline_n * 1.5))
-    X, y, names, f = airline.synthetic(n_total, seed=0)
+    X, y, names, f = airline.synthetic(int(round(n_train * 1.5)), seed=0)
     data = airline.prepare(X, y, seed=0)
     del X, y
-    Xtr, ytr, Xte, yte = data["X"] - 0.5, data["y"], data["X_test"] - 0.5, data["y_test"]  # centred [−½, ½]
     f_test = (f[data["test_index"]] - data["y_mean"]) / data["y_std"]
+    return data["X"] - 0.5, data["y"], data["X_test"] - 0.5, data["y_test"], f_test
+
+
+def airline_model(D, L):
+    """``(feature, map_feature, kernel prior, likelihood, fit_spherical's keyword arguments)`` of part (b):
+    degree ``L`` features, the map from degree ≤ 3 on 5 000 rows (seed 1)."""
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import ChordalMatern, Gaussian, SphericalHarmonicFeatures
+
+    prior = ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0),
+                          lengthscale=dist.LogNormal(jnp.full(D, math.log(0.5)), 1.0).to_event(1),
+                          bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 1.0))
+    map_feature = SphericalHarmonicFeatures(D, min(L, 3))
+    return (SphericalHarmonicFeatures(D, L), map_feature, prior,
+            Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0)),
+            {"map_feature": map_feature, "subsample": 5000, "seed": 1})
+
+
+def run_airline(args):
+    import numpy as np
+
+    from ppl_sparsegp import fit_spherical
+
+    Xtr, ytr, Xte, yte, f_test = airline_data(args.airline_n)
     D = Xtr.shape[1]
     L = args.airline_degree
     row = {"n_train": len(ytr), "n_test": len(yte), "D": D, "max_degree": L, "load_before": os.getloadavg()[0],
            "oracle_mse": float(np.mean((yte - f_test) ** 2))}
     with harness.clock() as total:
-        prior = ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0),
-                              lengthscale=dist.LogNormal(jnp.full(D, math.log(0.5)), 1.0).to_event(1),
-                              bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 1.0))
-        feature = SphericalHarmonicFeatures(D, L)
-        fit = fit_spherical(  # stages 1-3; the map from a small degree
-            feature, prior, Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0)), Xtr, ytr,
-            map_feature=SphericalHarmonicFeatures(D, min(L, 3)), subsample=5000, maxiter=args.maxiter,
-            chunk_size=args.chunk, seed=1)
+        feature, _, prior, lik, kw = airline_model(D, L)
+        fit = fit_spherical(feature, prior, lik, Xtr, ytr, maxiter=args.maxiter, chunk_size=args.chunk, **kw)
         with harness.clock() as pr:  # 4. prediction in chunks from the optimal whitened q
             m, v = fit.predict(Xte, chunk_size=args.chunk)
             v = v + fit.noise_variance
