@@ -339,6 +339,8 @@ def main(argv=None):
     p.add_argument("--exact-samples", type=int, default=None, help="the exact GP's draws (default --samples)")
     p.add_argument("--skip-gradients", action="store_true", help="no ms-per-gradient measurement (runs split "
                    "over cores: the merging run measures it)")
+    p.add_argument("--table-only", action="store_true", help="fit nothing: the table and JSON of the stored "
+                   "(and --merge'd) rows of --settings")
     args = p.parse_args(argv)
     if args.quick:
         args.warmup, args.samples = 50, 50
@@ -351,7 +353,7 @@ def main(argv=None):
     # runs of different lengths (e.g. the exact GP's, reused) merge into one table
     settings = {"n": N, "tolerance": TOLERANCE}
     store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
-    for setting in args.settings:
+    for setting in [] if args.table_only else args.settings:
         t, y, H = simulate(setting=setting)
         built = models(t, H, setting, y if PILOT in args.models else None)
         if setting == "bimodal" and "exact" in args.models and not store.done(setting, PROFILE):
