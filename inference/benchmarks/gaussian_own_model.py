@@ -11,10 +11,16 @@ A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated
 ℓ ~ LogNormal(log m, 0.5), trend σ² ~ LogNormal(log 0.5, 1), seasonal σ² ~ LogNormal(log 0.3, 1), noise
 σ ~ HalfNormal(0.3), β ~ N(0, I); the trend's prior median m puts the true ℓ at the prior's centre
 (``centre``: m = 2), in its 1% tail (``tail``: m = 2·e^{0.5·2.326} = 6.4) or at its 0.01% quantile
-(``deep tail``: m = 2·e^{0.5·3.719} = 12.9). Models, each NUTS
+(``deep tail``: m = 2·e^{0.5·3.719} = 12.9). The ``bimodal`` setting (m = 2) has its own series
+(``BIMODAL``, seed 1): a trend of ℓ = 6 plus a weak quasi-periodic cycle (period 1.5 years, variance
+0.0025) that no model term describes, so that the exact posterior has two trend-lengthscale modes (the
+trend follows the cycle, ℓ ≈ 1.3, or leaves it to the noise, ℓ ≈ 4.4); its rows report the share of the
+draws with ℓ below the modes' valley (``short_mode_mass``, per chain too) and the exact log posterior's
+profile over ℓ (``exact_profile``), to find a mode no chain visits. Models, each NUTS
 2 × (500 + 1 000) draws (the exact GP: ``--exact-chains`` 4 chains from dispersed starts, uniform in (−2, 2)
 on the unconstrained scale, with their own warm-up and draw counts), chains one after another, on one
-pinned core (split the models over cores with ``--out``, ``--skip-gradients`` and one ``--merge`` run):
+pinned core (split the models over cores with ``--out``, ``--skip-gradients`` and one ``--merge`` run;
+each row records its own run lengths, ``run``, so rows of runs of different lengths merge):
 
 * **exact**: y ~ N(Hβ̄, K_trend + K_season + HBHᵀ + σ²I) by dense Cholesky (O(N³) per gradient);
 * **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, prior, nu=2.5,
@@ -51,12 +57,22 @@ from inference.benchmarks import harness
 N, SPAN, NOISE = 500, 40.0, 0.1
 TRUTH = {"trend_ell": 2.0, "trend_var": 0.5, "season_var": 0.3, "noise": NOISE}
 HYPER = ("trend_ell", "trend_var", "season_var", "noise")
-# true ℓ at the prior's centre (50%), its 1% quantile and its 0.01% quantile (issue 40)
-PRIOR_MEDIAN = {"centre": 2.0, "tail": 2.0 * math.exp(0.5 * 2.326), "deep tail": 2.0 * math.exp(0.5 * 3.719)}
+# true ℓ at the prior's centre (50%), its 1% quantile and its 0.01% quantile (issue 40); "bimodal": its own
+# series (BIMODAL), whose exact posterior has two trend-lengthscale modes, the prior centred between them
+PRIOR_MEDIAN = {"centre": 2.0, "tail": 2.0 * math.exp(0.5 * 2.326), "deep tail": 2.0 * math.exp(0.5 * 3.719),
+                "bimodal": 2.0}
 TOLERANCE = 0.01 * NOISE**2 / TRUTH["trend_var"]  # from_data's advice: 0.01 σ_n²/σ_f²
+# the bimodal series: a long trend (Matérn-5/2, ℓ = 6) plus a weak quasi-periodic cycle (variance 0.0025,
+# period 1.5 years, its phase drifting: a Matérn-5/2 envelope of ℓ = 2 times a cosine) that the model has no
+# term for: the trend either follows the cycle (short ℓ ≈ 1.25, less noise) or leaves it to the noise
+# (long ℓ ≈ 4.4); an ℓ between does neither (the exact profile's valley, ``split``). Found by the Whittle
+# approximation of the profile (sums of two Matérn spectra gave one mode) and checked on the exact profile
+BIMODAL = {"trend_ell": 6.0, "trend_var": 0.5, "cycle_var": 0.0025, "cycle_ell": 2.0, "cycle_period": 1.5,
+           "season_var": 0.3, "noise": NOISE, "seed": 1, "split": 2.2}
 OLD_RULE = "collapsed VFF, old rule"
 COARSE = ("collapsed VFF, tolerance 1%", "latent VFF, tolerance 1%")  # from_data's default tolerance
 PILOT = "collapsed VFF, pilot"  # choose_features from the documented start (issue 40)
+PROFILE = "exact profile"  # the bimodal setting's profile of the exact log posterior over the trend ℓ
 MODELS = ("exact", PILOT, "collapsed VFF", "latent VFF", "HSGP", *COARSE, OLD_RULE)
 
 
@@ -66,20 +82,25 @@ def rule(name):
 HSGP_M, HSGP_C, SEASON_TERMS = 79, 1.5, 8
 
 
-def simulate(n=N, seed=0):
-    """(t, y, H): the series described in the module docstring, drawn from the exact model."""
+def simulate(n=N, seed=0, setting=None):
+    """(t, y, H): the series described in the module docstring, drawn from the exact model (``setting``
+    "bimodal": the series of ``BIMODAL``, its own seed)."""
     import jax.numpy as jnp
     import numpy as np
 
     from ppl_sparsegp import Matern52, Periodic
 
-    rng = np.random.default_rng(seed)
+    truth = BIMODAL if setting == "bimodal" else TRUTH
+    rng = np.random.default_rng(BIMODAL["seed"] if setting == "bimodal" else seed)
     t = np.sort(rng.uniform(0.0, SPAN, n))
     H = np.stack([np.ones(n), (t - SPAN / 2) / (SPAN / 2)], 1)
     T = jnp.asarray(t)[:, None]
-    K = np.asarray(Matern52(TRUTH["trend_var"], TRUTH["trend_ell"])(T) + Periodic(TRUTH["season_var"], 1.0, 1.0)(T))
-    f = np.linalg.cholesky(K + 1e-9 * np.eye(n)) @ rng.normal(size=n)
-    return t, H @ np.array([0.3, 0.2]) + f + NOISE * rng.normal(size=n), H
+    K = Matern52(truth["trend_var"], truth["trend_ell"])(T) + Periodic(truth["season_var"], 1.0, 1.0)(T)
+    if setting == "bimodal":
+        cycle = jnp.cos(2 * jnp.pi * (T - T.T) / truth["cycle_period"])
+        K = K + Matern52(truth["cycle_var"], truth["cycle_ell"])(T) * cycle
+    f = np.linalg.cholesky(np.asarray(K) + 1e-9 * np.eye(n)) @ rng.normal(size=n)
+    return t, H @ np.array([0.3, 0.2]) + f + truth["noise"] * rng.normal(size=n), H
 
 
 def priors(setting):
@@ -107,7 +128,8 @@ def features(t, setting, size_rule="advised"):
     from ppl_sparsegp import FourierFeatures
 
     prior = priors(setting)["trend_ell"]
-    kw = {"advised": {"tolerance": TOLERANCE}, "default": {},
+    truth = BIMODAL if setting == "bimodal" else TRUTH
+    kw = {"advised": {"tolerance": 0.01 * truth["noise"] ** 2 / truth["trend_var"]}, "default": {},
           "old": {"quantile": 0.05, "max_margin": math.inf}}[size_rule]
     return FourierFeatures.from_data(t, prior, nu=2.5, **kw), FourierFeatures(0.0, 1.0, SEASON_TERMS)
 
@@ -166,7 +188,9 @@ def models(t, H, setting, y=None):
             chosen = choose_features(collapsed, t, y, coarse)
         out[PILOT] = lambda t, y, trend=chosen["trend"]: collapsed(t, y, trend)
         out[PILOT].record = {"pilot_s": c.wall, "frequencies": chosen["trend"].num_frequencies,
-                             "needed": chosen.info["needed"], "feature": chosen["trend"]}
+                             "needed": chosen.info["needed"], "feature": chosen["trend"],
+                             "pilot_modes": [{"log_joint": m["log_joint"], **m["gps"].get("trend", {})}
+                                             for m in chosen.info["modes"]]}
         out[PILOT].refit = lambda feature: (lambda t, y: collapsed(t, y, feature))
     return out
 
@@ -198,6 +222,55 @@ def fit(model, t, y, *, warmup, samples, seed=0, chains=2, dispersed=False):
            "divergences": int(np.sum(extra["diverging"])), "max_rhat": max(v["rhat"] for v in post.values()),
            "posterior": post}
     return row, mcmc
+
+
+def mode_mass(mcmc):
+    """The bimodal setting's figures: the share of the draws with trend ℓ below ``BIMODAL["split"]`` (the
+    short-ℓ mode), pooled and per chain."""
+    import numpy as np
+
+    ell = np.asarray(mcmc.get_samples(group_by_chain=True)["trend_ell"])
+    below = ell < BIMODAL["split"]
+    return {"short_mode_mass": float(np.mean(below)), "short_mode_mass_by_chain": np.mean(below, 1).tolist()}
+
+
+def exact_profile(model, t, y, setting, ells=(0.8, 1.0, 1.25, 1.6, 2.0, 2.2, 2.6, 3.4, 4.4, 5.6, 7.0)):
+    """The exact GP's log posterior density on the unconstrained scale (Jacobians included: the density
+    NUTS samples) profiled over the trend ℓ, the other hyperparameters maximised (L-BFGS-B, warm-started
+    sweeps up and down the grid, the better kept): ``{"ell": [...], "log_density": [...] (max 0),
+    "noise": [...]}``, to find the modes and to see a mode no chain visits."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from numpyro.distributions.transforms import biject_to
+    from numpyro.infer.util import log_density
+    from scipy.optimize import minimize
+
+    sites = priors(setting)
+    rest = [k for k in HYPER if k != "trend_ell"]
+    to = {k: biject_to(p.support) for k, p in sites.items()}
+
+    @jax.jit
+    def neg(u, log_ell):
+        values = {"trend_ell": jnp.exp(log_ell), **{k: to[k](u[i]) for i, k in enumerate(rest)}}
+        jac = log_ell + sum(to[k].log_abs_det_jacobian(u[i], values[k]) for i, k in enumerate(rest))
+        return -(log_density(model, (t, y), {}, values)[0] + jac)
+
+    grad = jax.jit(jax.value_and_grad(neg))
+    logs = np.log(np.asarray(ells, float))
+    start = np.array([to[k].inv(v) for k, v in zip(rest, (TRUTH["trend_var"], TRUTH["season_var"], NOISE))])
+    best = [(-np.inf, None)] * len(logs)
+    for order in (range(len(logs)), reversed(range(len(logs)))):
+        u = start
+        for i in order:
+            r = minimize(lambda v: tuple(map(np.asarray, grad(jnp.asarray(v), logs[i]))), u, jac=True,
+                         method="L-BFGS-B")
+            u = r.x
+            if -r.fun > best[i][0]:
+                best[i] = (-float(r.fun), np.exp(u))
+    top = max(b[0] for b in best)
+    return {"ell": list(map(float, ells)), "log_density": [b[0] - top for b in best],
+            "noise": [float(b[1][2]) for b in best]}
 
 
 def checks(name, model, mcmc, t, y, setting, quick):
@@ -248,6 +321,8 @@ COLUMNS = [("setting", "setting", ""), ("model", "name", "")] + [
     ("min bulk ESS", "min_bulk_ess", ".0f"), ("min bulk ESS/s", "min_bulk_ess_per_s", ".2f"),
     ("wall s", "wall_s", ".0f"), ("compile s", "compile_s", ".0f"), ("max R-hat", "max_rhat", ".3f"),
     ("pilot: trend frequencies", "frequencies", "d"), ("NUTS fits", "nuts_fits", "d"),
+    ("draws", lambda r: r.get("run") and f"{r['run']['chains']} × ({r['run']['warmup']} + {r['run']['samples']})", ""),
+    ("short-ℓ mass", "short_mode_mass", ".2f"),
     ("residual check", lambda r: None if "adequacy_ok" not in r else ("pass" if r["adequacy_ok"] else "fail"), ""),
     ("refinement check", lambda r: None if "refinement_ok" not in r else ("pass" if r["refinement_ok"] else "fail"),
      "")]
@@ -264,6 +339,8 @@ def main(argv=None):
     p.add_argument("--exact-samples", type=int, default=None, help="the exact GP's draws (default --samples)")
     p.add_argument("--skip-gradients", action="store_true", help="no ms-per-gradient measurement (runs split "
                    "over cores: the merging run measures it)")
+    p.add_argument("--table-only", action="store_true", help="fit nothing: the table and JSON of the stored "
+                   "(and --merge'd) rows of --settings")
     args = p.parse_args(argv)
     if args.quick:
         args.warmup, args.samples = 50, 50
@@ -272,23 +349,31 @@ def main(argv=None):
     machine = harness.setup(args, one_thread=True)
     import jax  # noqa: F401  (after setup)
 
-    t, y, H = simulate()
-    settings = {"n": N, "warmup": args.warmup, "samples": args.samples, "chains": 2, "tolerance": TOLERANCE,
-                "exact": {"chains": args.exact_chains, "warmup": args.exact_warmup, "samples": args.exact_samples,
-                          "init": "uniform(-2, 2) unconstrained"}}
+    # the store's settings fix the data; each row records its own run lengths ("run"), so that rows of
+    # runs of different lengths (e.g. the exact GP's, reused) merge into one table
+    settings = {"n": N, "tolerance": TOLERANCE}
     store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
-    for setting in args.settings:
+    for setting in [] if args.table_only else args.settings:
+        t, y, H = simulate(setting=setting)
         built = models(t, H, setting, y if PILOT in args.models else None)
+        if setting == "bimodal" and "exact" in args.models and not store.done(setting, PROFILE):
+            with harness.clock() as c:
+                profile = exact_profile(built["exact"], t, y, setting)
+            store.add({"setting": setting, "name": PROFILE, **profile, "wall_s": c.wall})
+            print("exact profile:", {e: round(v, 1) for e, v in zip(profile["ell"], profile["log_density"])})
         for name in args.models:
             if store.done(setting, name):
                 continue
             print(f"{setting}: {name} ...", flush=True)
             if name == "exact":
+                run = {"chains": args.exact_chains, "warmup": args.exact_warmup, "samples": args.exact_samples,
+                       "init": "uniform(-2, 2) unconstrained"}
                 row, mcmc = fit(built[name], t, y, warmup=args.exact_warmup, samples=args.exact_samples,
                                 chains=args.exact_chains, dispersed=True)
             else:
+                run = {"chains": 2, "warmup": args.warmup, "samples": args.samples, "init": "prior median"}
                 row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
-            row.update(checks(name, built[name], mcmc, t, y, setting, args.quick))
+            row.update(checks(name, built[name], mcmc, t, y, setting, args.quick), run=run)
             if name == PILOT:  # from the documented start: the pilot, a fit, and the advised refit if it fails
                 row.update(nuts_fits=1, **{k: v for k, v in built[name].record.items() if k != "feature"})
                 if not row["refinement_ok"] and row.get("advice_frequencies") is None:
@@ -296,10 +381,12 @@ def main(argv=None):
                     if advised is not None:
                         model = built[name].refit(advised)
                         row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
-                        row.update(checks(name, model, mcmc, t, y, setting, args.quick), nuts_fits=2,
+                        row.update(checks(name, model, mcmc, t, y, setting, args.quick), nuts_fits=2, run=run,
                                    advice_frequencies=advised.num_frequencies,
                                    **{k: v for k, v in built[name].record.items() if k != "feature"})
             row.pop("_advised", None)
+            if setting == "bimodal":
+                row.update(mode_mass(mcmc))
             store.add({"setting": setting, "name": name, **row})
     rows = []
     for setting in args.settings:
@@ -312,6 +399,8 @@ def main(argv=None):
                     d = {k: abs(r["posterior"][k]["mean"] - exact["posterior"][k]["mean"]) / exact["posterior"][k]["sd"]
                          for k in HYPER}
                     r.update(sd_distance=d, max_sd_distance=max(d.values()))
+                    if "short_mode_mass" in r and "short_mode_mass" in exact:
+                        r["short_mode_mass_gap"] = abs(r["short_mode_mass"] - exact["short_mode_mass"])
                 rows.append(r)
     print(harness.table(rows, COLUMNS))
     costs = {} if args.skip_gradients else {
@@ -328,7 +417,9 @@ def main(argv=None):
                            for b in others if a in by and b in by}
     print("collapsed VFF's min bulk ESS/s over the others':", ratios)
     store.write_json({"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
-                      "rows": rows, "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios})
+                      "bimodal": BIMODAL, "rows": rows,
+                      "exact_profile": {r["setting"]: r for r in store.rows if r["name"] == PROFILE},
+                      "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios})
 
 
 if __name__ == "__main__":
