@@ -108,7 +108,9 @@ def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, 
     M = 64, minibatches of 1 024): the ELBO within 0.1 % of the full-batch optimum after 80 steps, and
     0.03 % after 200, where a constant γ = 0.1 stays 0.2-0.4 % below it.
 
-    On the full batch use :func:`gamma_ramp` (nothing to average; γ need not decay).
+    On the full batch use :func:`gamma_ramp` (nothing to average; γ need not decay). The decay is for q
+    at fixed (or settled) hyperparameters: while the inner optimiser still moves them, a running mean
+    averages q over stale hyperparameters, and a constant γ (≈ 0.1) follows them better.
 
     :param start: γ at step 0, γ₀ (> 0).
     :param peak: γ at the end of the ramp, γ_max, in (0, 1].
