@@ -31,9 +31,9 @@
     10 from ``--first-seed``; the seed draws the minibatches and, for the simulated sets, the data): natgrad
     (``--class-gamma decay``, the default, with minibatches: ``gamma_schedule()``, 1e-4 → 0.5 over 5 steps
     then 1/(t − 3), a running mean of the minibatch steps; ``constant`` and on the full batch (banana):
-    ``gamma_ramp(1e-4, 0.1, 5)``, whose constant γ = 0.1 leaves the minibatch noise in q; the PD safeguard) against Adam(``--class-lr``) on
-    q(u), ``--class-steps``
-    steps of minibatches of ``--class-batch``; the exact ELBO (``SparseGP.elbo``, all rows) every
+    ``gamma_ramp(1e-4, 0.1, 5)``, whose constant γ = 0.1 leaves the minibatch noise in q; the PD
+    safeguard) against Adam(``--class-lr``) on q(u), ``--class-steps`` steps of minibatches of
+    ``--class-batch``; the exact ELBO (``SparseGP.elbo``, all rows) every
     ``--class-eval`` steps. Converged value: the best ELBO either reached; reported: the steps and
     seconds until the ELBO is within 0.1 % of it, rejected natural-gradient steps and failures
     (non-finite ELBO or params) over the seeds.
