@@ -106,7 +106,7 @@ def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, 
     the natural parameters after step t are the mean of the minibatch optima since the ramp (the start
     weighted as 1/γ_max − 1 of them), so their noise falls as 1/t. Measured (2-D Bernoulli, N = 10⁵,
     M = 64, minibatches of 1 024, 10 seeds; ``inference/benchmarks/natural_gradients.py`` part (b)): the
-    ELBO within 0.1 % of the best in 60-80 steps (Adam: 1 360-1 500) and within 0.003 % of the
+    ELBO within 0.1 % of the best in 60-80 steps (Adam: 1 360-1 500) and (seed 0) within 0.003 % of the
     full-batch optimum after 2 000, where a constant γ = 0.1 stays 0.2-0.4 % below it.
 
     On the full batch use :func:`gamma_ramp` (nothing to average; γ need not decay). The decay is for q
