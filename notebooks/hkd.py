@@ -19,13 +19,14 @@ import matplotlib
 import numpy as np
 import numpyro
 from numpyro.distributions import constraints
-from numpyro.infer import SVI, TraceMeanField_ELBO
+from numpyro.infer import SVI
 
 import ppl_sparsegp as psg
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.features.harmonic import HarmonicFeatures, harmonic_gram
 from ppl_sparsegp.groups import Rotation
 from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -65,8 +66,11 @@ fig.savefig(os.path.join(OUT, "hkd_subkernels.png"), dpi=80)
 # %% [markdown]
 # ## HVGP versus SVGP
 # Inputs from a rotation-invariant distribution, y = f(x) + noise. HVGP 3 × m: one set of m inducing inputs
-# per sub-kernel, block-diagonal q(u); every hyperparameter and inducing input learnt by SVI (Adam,
-# minibatches). Test RMSE and NLPD on held-out points.
+# per sub-kernel, block-diagonal q(u); every hyperparameter and inducing input learnt by SVI on minibatches:
+# natural-gradient steps for q(u) (`NaturalGradient`, γ = 0.1: a constant γ follows q's optimum while the
+# hyperparameters move; `gamma_schedule`'s decay is for q at fixed hyperparameters), Adam on the rest.
+# At QUICK size (200 steps) this gives a test RMSE of 0.18 for both 18-feature models, where Adam on
+# everything gave 0.41 (SVGP) and 0.38 (HVGP). Test RMSE and NLPD on held-out points.
 
 # %%
 rng = np.random.default_rng(0)
@@ -90,7 +94,7 @@ positive = constraints.positive
 def fit(feature, q_cov):
     gp = psg.SparseGP(feature, psg.SquaredExponential(psg.Param(1.0, positive), psg.Param(0.8, positive)),
                       Gaussian(psg.Param(0.1, positive)), q_cov=q_cov)
-    svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.02), TraceMeanField_ELBO())
+    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(0.02), gamma=0.1), AnalyticELBO(gp))
     result = jax.jit(lambda key: svi.run(key, steps, X, y, batch_size=128, progress_bar=False))(
         jax.random.PRNGKey(0))
     pred = jax.jit(lambda p: gp.predict(np.concatenate([X_test, gg]), params=p))(result.params)

