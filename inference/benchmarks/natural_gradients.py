@@ -15,7 +15,8 @@
     3. **natgrad** and **adam**: ``SparseGP`` SVI from the starting point (q(u) at the prior). **natgrad**
        (the default): minibatches of ``--natgrad-batch`` rows (default min(256, max(32, N // 16)): 256 on
        kin8nm and power-plant; on the small sets, energy and concrete, at least 16 hyperparameter steps per
-       epoch: with 256 rows concrete's inducing points needed 1.66 epochs, with 64 0.97), the rows of each epoch one permutation
+       epoch: with 256 rows concrete's inducing points needed 1.66 epochs, with 64 0.97), the rows of each
+       epoch one permutation
        (N // B disjoint minibatches, the last N mod B rows left out; an epoch is one pass over the rows);
        per step :class:`~ppl_sparsegp.optim.NaturalGradient` on q(u) with γ_t = max(1/(t+1),
        ``--gamma-floor``) (default floor 0) on the minibatch's ``AnalyticELBO`` (data term scaled by N/B),
