@@ -353,7 +353,7 @@ def harmonics_needed(kernel, tolerance: float) -> int:
     :param kernel: a concrete :class:`~ppl_sparsegp.kernels.Periodic` kernel.
     :param tolerance: the unresolved fraction, in (0, 1).
     :raises ValueError: for a tolerance outside (0, 1), or one that needs more than
-        :data:`MAX_FREQUENCIES` harmonics.
+        ``MAX_FREQUENCIES`` (20 000) harmonics.
     """
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
@@ -372,7 +372,7 @@ def harmonics_needed(kernel, tolerance: float) -> int:
 
 
 def _capped(M: int, a: float, b: float, lengthscale: float, tolerance: float) -> int:
-    """M, refused above :data:`MAX_FREQUENCIES`: 2M − 1 features need (2M − 1)² float64 values (8 bytes
+    """M, refused above ``MAX_FREQUENCIES`` (20 000): 2M − 1 features need (2M − 1)² float64 values (8 bytes
     each) for Kuu's dense forms and the marginal model's M' × M' system."""
     if M <= MAX_FREQUENCIES:
         return M
