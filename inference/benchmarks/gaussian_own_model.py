@@ -428,9 +428,14 @@ def main(argv=None):
                     advised = row.pop("_advised", None)
                     if advised is not None:
                         model = built[name].refit(advised)
+                        first = {} if args.n == N else {"first_fit": {  # the failed fit's figures, kept
+                            k: row[k] for k in ("posterior", "wall_s", "compile_s", "min_bulk_ess", "max_rhat",
+                                                "leapfrog_per_draw", "ms_per_gradient", "refinement_k_hat",
+                                                "refinement_message", "adequacy_ok")},
+                            "ms_per_gradient": harness.gradient_cost(model, (t, y), repeats=20)[1]}
                         row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
                         row.update(checks(name, model, mcmc, t, y, base, args.quick), nuts_fits=2, run=run,
-                                   advice_frequencies=advised.num_frequencies,
+                                   advice_frequencies=advised.num_frequencies, **first,
                                    **{k: v for k, v in built[name].record.items() if k != "feature"})
             row.pop("_advised", None)
             if args.n != N:
