@@ -3,7 +3,7 @@ the exact GP, in the same run, with the refinement check's verdict.
 
 ``python -m inference.benchmarks.gaussian_own_model [--quick] [--settings tail centre] [--models ...]
 [--warmup 500] [--samples 1000] [--exact-chains 4] [--exact-warmup W] [--exact-samples S] [--skip-gradients]
-[--cpu N] [--out JSONL] [--merge JSONL ...]``
+[--n N] [--cpu N] [--out JSONL] [--merge JSONL ...]``
 
 A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated from a linear mean
 (β = (0.3, 0.2) on H = [1, (t − 20)/20]), a Matérn-5/2 trend GP (σ² = 0.5, ℓ = 2), a periodic seasonal GP
@@ -47,6 +47,17 @@ check (``refinement_check``: importance weights under the refined features, and 
 warm-started refit where they cannot decide: the latent models, k̂ > 0.7).
 Also the collapsed model's ms per gradient at N = 500 and at
 N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
+
+**Long series** (``--n``, issue 40 item 6's series of 10⁵ points; default 500, the series above): beyond
+``EXACT_MAX_N`` = 2 000 points the GP draw is out of reach (a dense Cholesky), so the series is the cheap
+stand-in of :func:`stand_in` (a smooth trend sin(t/3), a yearly sine, noise 0.1; the settings then differ
+only in their priors), and so is the exact GP (O(N³) per gradient: refused). The reference row is
+**reference: collapsed, refined ×2 (not the exact GP)**: the collapsed model on the pilot's trend features
+refined twice (``refined()``: 4M − 3 frequencies, lengthscales a quarter as long resolved); the distances
+are to it. Default models there: the reference, the pilot, today's rule, HSGP (its gradient is O(N m):
+give it short chains in a run of its own). Every collapsed row stays on the statistics path (t and y as
+data, no N per gradient); each row records its ms per gradient (measured before its fit), and its
+``setting`` reads ``"centre, N = 100000"``.
 """
 from __future__ import annotations
 
@@ -70,10 +81,15 @@ TOLERANCE = 0.01 * NOISE**2 / TRUTH["trend_var"]  # from_data's advice: 0.01 σ_
 BIMODAL = {"trend_ell": 6.0, "trend_var": 0.5, "cycle_var": 0.0025, "cycle_ell": 2.0, "cycle_period": 1.5,
            "season_var": 0.3, "noise": NOISE, "seed": 1, "split": 2.2}
 OLD_RULE = "collapsed VFF, old rule"
+# --n beyond 2 000 (issue 40 item 6: the 10⁵-point series): no exact GP (O(N³)); the reference is the
+# collapsed model on the pilot's features refined twice
+REFERENCE = "reference: collapsed, refined ×2 (not the exact GP)"
+EXACT_MAX_N = 2000
 COARSE = ("collapsed VFF, tolerance 1%", "latent VFF, tolerance 1%")  # from_data's default tolerance
 PILOT = "collapsed VFF, pilot"  # choose_features from the documented start (issue 40)
 PROFILE = "exact profile"  # the bimodal setting's profile of the exact log posterior over the trend ℓ
 MODELS = ("exact", PILOT, "collapsed VFF", "latent VFF", "HSGP", *COARSE, OLD_RULE)
+LARGE_MODELS = (REFERENCE, PILOT, "collapsed VFF", "HSGP")  # the default --models beyond EXACT_MAX_N
 
 
 def rule(name):
@@ -82,11 +98,32 @@ def rule(name):
 HSGP_M, HSGP_C, SEASON_TERMS = 79, 1.5, 8
 
 
+def stand_in(n):
+    """(t, y, H): a cheap stand-in for the GP draw at large ``n`` (a dense Cholesky is out of reach): on
+    the same span, a smooth trend sin(t/3) plus a yearly cycle 0.5 sin(2πt) plus N(0, 0.1²) noise, seed 1;
+    H as in :func:`simulate`."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    t = np.sort(rng.uniform(0.0, SPAN, n))
+    H = np.stack([np.ones(n), (t - SPAN / 2) / (SPAN / 2)], 1)
+    return t, np.sin(t / 3.0) + 0.5 * np.sin(2 * np.pi * t) + NOISE * rng.normal(size=n), H
+
+
+def label(setting, n):
+    """The rows' ``setting`` field: the setting's name, with ``", N = n"`` for a series not of ``N`` points."""
+    return setting if n == N else f"{setting}, N = {n}"
+
+
 def simulate(n=N, seed=0, setting=None):
     """(t, y, H): the series described in the module docstring, drawn from the exact model (``setting``
-    "bimodal": the series of ``BIMODAL``, its own seed)."""
+    "bimodal": the series of ``BIMODAL``, its own seed); beyond ``EXACT_MAX_N`` points the cheap
+    :func:`stand_in` series instead (whatever the setting: only the priors differ)."""
     import jax.numpy as jnp
     import numpy as np
+
+    if n > EXACT_MAX_N:
+        return stand_in(n)
 
     from ppl_sparsegp import Matern52, Periodic
 
@@ -192,6 +229,9 @@ def models(t, H, setting, y=None):
                              "pilot_modes": [{"log_joint": m["log_joint"], **m["gps"].get("trend", {})}
                                              for m in chosen.info["modes"]]}
         out[PILOT].refit = lambda feature: (lambda t, y: collapsed(t, y, feature))
+        fine = chosen["trend"].refined().refined()
+        out[REFERENCE] = lambda t, y: collapsed(t, y, fine)
+        out[REFERENCE].record = {"frequencies": fine.num_frequencies, "feature": fine}
     return out
 
 
@@ -274,10 +314,11 @@ def exact_profile(model, t, y, setting, ells=(0.8, 1.0, 1.25, 1.6, 2.0, 2.2, 2.6
 
 
 def checks(name, model, mcmc, t, y, setting, quick):
-    """The residual and refinement checks' verdicts for the library's models (None for the others)."""
+    """The residual and refinement checks' verdicts for the library's models (None for the others and for
+    the reference, whose check would refine it a third time)."""
     from ppl_sparsegp import Matern52, diagnostics
 
-    if name in ("exact", "HSGP"):
+    if name in ("exact", "HSGP", REFERENCE):
         return {}
     samples = mcmc.get_samples()
     trend = getattr(model, "record", {}).get("feature") or features(t, setting, rule(name))[0]
@@ -295,21 +336,12 @@ def checks(name, model, mcmc, t, y, setting, quick):
 
 def gradient_costs(sizes, setting):
     """{N: ms per gradient} of the collapsed model's potential (the statistics path), on series of N
-    points over the same span (beyond N = 2 000 a cheap stand-in for the GP draw: a smooth trend and a
-    yearly cycle plus noise, since only the cost is measured there)."""
-    import numpy as np
-
+    points over the same span (beyond ``EXACT_MAX_N`` the cheap :func:`stand_in` series)."""
     from inference.benchmarks.harness import gradient_cost
 
     out = {}
     for n in sizes:
-        if n <= 2000:
-            t, y, H = simulate(n)
-        else:
-            rng = np.random.default_rng(1)
-            t = np.sort(rng.uniform(0.0, SPAN, n))
-            H = np.stack([np.ones(n), (t - SPAN / 2) / (SPAN / 2)], 1)
-            y = np.sin(t / 3.0) + 0.5 * np.sin(2 * np.pi * t) + NOISE * rng.normal(size=n)
+        t, y, H = simulate(n)
         out[str(n)] = gradient_cost(models(t, H, setting)["collapsed VFF"], (t, y), repeats=100)[1]
     return out
 
@@ -331,7 +363,10 @@ COLUMNS = [("setting", "setting", ""), ("model", "name", "")] + [
 def main(argv=None):
     p = harness.parser("gaussian_own_model", __doc__, cpu="last")
     p.add_argument("--settings", nargs="+", default=["tail", "centre", "deep tail"], choices=sorted(PRIOR_MEDIAN))
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--models", nargs="+", default=None, choices=(*MODELS, REFERENCE),
+                   help="default: every model of MODELS; beyond --n 2000 those of LARGE_MODELS")
+    p.add_argument("--n", type=int, default=N, help=f"series length (default {N}; beyond {EXACT_MAX_N} the "
+                   "cheap stand-in series, no exact GP, the reference row instead)")
     p.add_argument("--warmup", type=int, default=500)
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--exact-chains", type=int, default=4, help="the exact GP's chains, from dispersed starts")
@@ -342,6 +377,13 @@ def main(argv=None):
     p.add_argument("--table-only", action="store_true", help="fit nothing: the table and JSON of the stored "
                    "(and --merge'd) rows of --settings")
     args = p.parse_args(argv)
+    if args.n < 10:
+        p.error(f"--n must be at least 10 points, got {args.n}")
+    if args.models is None:
+        args.models = list(MODELS) if args.n <= EXACT_MAX_N else list(LARGE_MODELS)
+    if args.n > EXACT_MAX_N and "exact" in args.models:
+        p.error(f"--n {args.n}: the exact GP is O(N³) per gradient, out of reach beyond {EXACT_MAX_N} "
+                f"points; drop it from --models (the {REFERENCE!r} row is the reference there)")
     if args.quick:
         args.warmup, args.samples = 50, 50
     args.exact_warmup = args.warmup if args.exact_warmup is None else args.exact_warmup
@@ -354,11 +396,12 @@ def main(argv=None):
     settings = {"n": N, "tolerance": TOLERANCE}
     store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
     for setting in [] if args.table_only else args.settings:
-        t, y, H = simulate(setting=setting)
-        built = models(t, H, setting, y if PILOT in args.models else None)
+        t, y, H = simulate(args.n, setting=setting)
+        built = models(t, H, setting, y if {PILOT, REFERENCE} & set(args.models) else None)
+        base, setting = setting, label(setting, args.n)
         if setting == "bimodal" and "exact" in args.models and not store.done(setting, PROFILE):
             with harness.clock() as c:
-                profile = exact_profile(built["exact"], t, y, setting)
+                profile = exact_profile(built["exact"], t, y, base)
             store.add({"setting": setting, "name": PROFILE, **profile, "wall_s": c.wall})
             print("exact profile:", {e: round(v, 1) for e, v in zip(profile["ell"], profile["log_density"])})
         for name in args.models:
@@ -372,27 +415,41 @@ def main(argv=None):
                                 chains=args.exact_chains, dispersed=True)
             else:
                 run = {"chains": 2, "warmup": args.warmup, "samples": args.samples, "init": "prior median"}
+                large = {} if args.n == N else {"n": args.n, "ms_per_gradient": harness.gradient_cost(
+                    built[name], (t, y), repeats=20)[1]}  # measured first (HSGP's is O(N m))
                 row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
-            row.update(checks(name, built[name], mcmc, t, y, setting, args.quick), run=run)
+                row.update(large)
+            row.update(checks(name, built[name], mcmc, t, y, base, args.quick), run=run)
+            if name == REFERENCE:
+                row["frequencies"] = built[name].record["frequencies"]
             if name == PILOT:  # from the documented start: the pilot, a fit, and the advised refit if it fails
                 row.update(nuts_fits=1, **{k: v for k, v in built[name].record.items() if k != "feature"})
                 if not row["refinement_ok"] and row.get("advice_frequencies") is None:
                     advised = row.pop("_advised", None)
                     if advised is not None:
                         model = built[name].refit(advised)
+                        first = {} if args.n == N else {"first_fit": {  # the failed fit's figures, kept
+                            k: row[k] for k in ("posterior", "wall_s", "compile_s", "min_bulk_ess", "max_rhat",
+                                                "leapfrog_per_draw", "ms_per_gradient", "refinement_k_hat",
+                                                "refinement_message", "adequacy_ok")},
+                            "ms_per_gradient": harness.gradient_cost(model, (t, y), repeats=20)[1]}
                         row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
-                        row.update(checks(name, model, mcmc, t, y, setting, args.quick), nuts_fits=2, run=run,
-                                   advice_frequencies=advised.num_frequencies,
+                        row.update(checks(name, model, mcmc, t, y, base, args.quick), nuts_fits=2, run=run,
+                                   advice_frequencies=advised.num_frequencies, **first,
                                    **{k: v for k, v in built[name].record.items() if k != "feature"})
             row.pop("_advised", None)
+            if args.n != N:
+                row["n"] = args.n
             if setting == "bimodal":
                 row.update(mode_mass(mcmc))
             store.add({"setting": setting, "name": name, **row})
-    rows = []
-    for setting in args.settings:
+    rows, labels = [], []
+    for setting in args.settings:  # each setting's stored rows, then those of its longer series
+        labels += [setting, *sorted({r["setting"] for r in store.rows if r["setting"].startswith(setting + ", N = ")})]
+    for setting in labels:
         group = {r["name"]: r for r in store.rows if r["setting"] == setting}
-        exact = group.get("exact")
-        for name in MODELS:
+        exact = group.get("exact", group.get(REFERENCE))
+        for name in ("exact", REFERENCE, *MODELS[1:]):
             if name in group:
                 r = dict(group[name])
                 if exact is not None:
@@ -402,13 +459,14 @@ def main(argv=None):
                     if "short_mode_mass" in r and "short_mode_mass" in exact:
                         r["short_mode_mass_gap"] = abs(r["short_mode_mass"] - exact["short_mode_mass"])
                 rows.append(r)
-    print(harness.table(rows, COLUMNS))
+    large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
+    print(harness.table(rows, COLUMNS + large))
     costs = {} if args.skip_gradients else {
         setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
     print("\ncollapsed VFF, ms per gradient by N:",
           {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
     ratios = {}
-    for setting in args.settings:
+    for setting in labels:
         by = {r["name"]: r for r in rows if r["setting"] == setting}
         ratios[setting] = {f"{a} over {b}": by[a]["min_bulk_ess_per_s"] / by[b]["min_bulk_ess_per_s"]
                            for a, others in ((PILOT, ("exact", "HSGP")),
