@@ -132,7 +132,7 @@ class HermiteFeatures(InducingFeature):
         exponential or an input scale or centre that is sampled."""
         fields = (self.input_scale, self.centre)
         if (not isinstance(kernel, SquaredExponential) or jnp.size(kernel.lengthscale) != 1
-                or not all(not isinstance(v, (Distribution, Param)) and is_concrete(v) for v in fields)):
+                or not all(is_concrete(v) for v in fields)):
             return None
         x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
         lo = float(jnp.reshape(kernel.lengthscale, ()))

@@ -56,13 +56,12 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.distributions import Distribution
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
-from ..parameters import Param, is_concrete
+from ..parameters import is_concrete
 from ._vof import (
     INV_SQRT_2PI,
     check_num_features,
@@ -191,7 +190,7 @@ class TrigonometricFeatures(InducingFeature):
     def refined(self) -> "TrigonometricFeatures":
         """Twice the band and twice the functions (and quadrature nodes): as :meth:`from_data` sizes them
         for a lengthscale half as long (the band scales as 1/ℓ, M with the band). Refused for a sampled band."""
-        if isinstance(self.band, (Distribution, Param)) or not is_concrete(self.band):
+        if not is_concrete(self.band):
             raise NotImplementedError("TrigonometricFeatures with a sampled band have no refinement rule: give the "
                                       "band as a number (e.g. TrigonometricFeatures.from_data(x, prior))")
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
@@ -204,8 +203,7 @@ class TrigonometricFeatures(InducingFeature):
         estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a kernel that is not
         stationary or a band or centre that is sampled."""
         if (not isinstance(kernel, Stationary) or jnp.size(kernel.lengthscale) != 1
-                or not all(not isinstance(v, (Distribution, Param)) and is_concrete(v)
-                           for v in (self.band, self.centre))):
+                or not all(is_concrete(v) for v in (self.band, self.centre))):
             return None
         x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
         k = type(kernel)(1.0, float(jnp.reshape(kernel.lengthscale, ())))
