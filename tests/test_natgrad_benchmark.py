@@ -9,12 +9,12 @@ import pytest
 from numpyro.infer import SVI
 
 import ppl_sparsegp as psg
-from inference.benchmarks.natural_gradients import _blocks, _pass_elbo, natgrad_gamma
+from inference.benchmarks.natural_gradients import _blocks, natgrad_gamma
 from ppl_sparsegp import SparseGP
 from ppl_sparsegp.features import InducingPoints
 from ppl_sparsegp.kernels import SquaredExponential
 from ppl_sparsegp.likelihoods import Gaussian
-from ppl_sparsegp.optim import NaturalGradient
+from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient
 
 KERNEL = SquaredExponential(variance=1.3, lengthscale=0.8)
 NOISE = 0.05
@@ -51,7 +51,7 @@ def test_one_pass_with_harmonic_gamma_is_the_optimum_of_all_rows(B):
     gp = SparseGP(feature, KERNEL, Gaussian(variance=NOISE))
     m_star, S_star = _optimum(feature, X, y)
     for gamma, exact in ((natgrad_gamma(None, 0.0, full_batch=False), True), (0.5, False)):
-        svi = SVI(gp.model, gp.guide, NaturalGradient(gp, gamma=gamma), _pass_elbo(gp))
+        svi = SVI(gp.model, gp.guide, NaturalGradient(gp, gamma=gamma), AnalyticELBO(gp))
         state = svi.init(jax.random.PRNGKey(0), X, y)
         for Xb, yb in _blocks(X, y, B, 40 // B, 1):
             for t in range(len(Xb)):

@@ -299,6 +299,24 @@ def test_minibatch_loss_is_unbiased():
     assert abs(float(draws.mean() - full)) < 4 * float(draws.std()) / 20
 
 
+def test_given_minibatches_of_one_permutation_average_to_the_full_loss():
+    """AnalyticELBO with ``num_data=N`` on rows the caller drew: over the four disjoint blocks of one
+    permutation the losses average to the full-batch loss (the data term scaled by N/B sums back; the KL
+    and the log prior are the same in every block), to round-off; batch_size with num_data is refused."""
+    X, y = _data()
+    gp = SparseGP(_features()["inducing"], KERNEL, Gaussian(variance=NOISE))
+    loss = AnalyticELBO(gp)
+    params = _random_start(gp, X, y)
+    full = loss.loss(jax.random.PRNGKey(0), params, gp.model, gp.guide, X, y)
+    perm = np.random.default_rng(3).permutation(len(y)).reshape(4, -1)
+    blocks = [loss.loss(jax.random.PRNGKey(0), params, gp.model, gp.guide, X[i], y[i], num_data=len(y))
+              for i in perm]
+    np.testing.assert_allclose(np.mean(blocks), full, rtol=1e-12)
+    assert np.ptp(blocks) > 1e-6 * abs(float(full))  # the blocks differ: the average is not trivial
+    with pytest.raises(ValueError, match="batch_size.*num_data"):
+        loss.loss(jax.random.PRNGKey(0), params, gp.model, gp.guide, X, y, batch_size=10, num_data=len(y))
+
+
 def test_block_diagonal_q_one_step_on_a_quadratic_objective():
     """Equal-block q (params ``<site>_scale_tril`` of shape (T, m, m), HVGP's family): on the Gaussian
     objective Σ_t [b_tᵀm_t − ½m_tᵀΛ_t m_t − ½tr(Λ_tS_t) + ½log|S_t|] one step with γ = 1 lands on

@@ -171,25 +171,6 @@ def natgrad_gamma(gamma, floor, *, full_batch):
     return lambda t: jnp.maximum(1.0 / (jnp.asarray(t, jnp.float64) + 1.0), floor)
 
 
-def _pass_elbo(gp):
-    """``AnalyticELBO`` of ``gp`` on a given minibatch ``(Xb, yb)`` of a set of ``num_data`` rows (its data
-    term scaled by num_data / len(Xb)): the benchmark hands the steps one permutation of the rows per epoch
-    (every row once per pass), where ``AnalyticELBO(batch_size=B)`` draws each step's rows afresh."""
-    import jax.numpy as jnp
-
-    from ppl_sparsegp.optim import AnalyticELBO
-
-    class PassELBO(AnalyticELBO):
-        def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, num_data=None, **kwargs):
-            values = self.gp.point_values(param_map)
-            log_prior = sum(jnp.sum(prior.log_prob(values[site])) for site, prior in
-                            self.gp.hyperparameter_sites().items())
-            return {"loss": -(self.gp.elbo(param_map, X, y, num_data=num_data) + log_prior),
-                    "mutable_state": None}
-
-    return PassELBO(gp)
-
-
 def _blocks(X, y, B, per_epoch, passes):
     """The step blocks of one quarter epoch each: ``(Xb (k, B, D), yb (k, B))``, the rows of each epoch
     a fresh permutation (the last N mod B rows of it left out), for ``passes`` (natgrad, minibatches)."""
@@ -231,7 +212,7 @@ def train_to_target(gp, X, y, Xs, ys, y_sd, *, optimizer, init, target, args, lr
         gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=B == N)
         lr = args.lr if lr is None else lr
         svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma),
-                  _pass_elbo(gp) if passes else AnalyticELBO(gp))
+                  AnalyticELBO(gp))
     else:
         svi = SVI(gp.model, gp.guide, numpyro.optim.Adam(args.lr), TraceMeanField_ELBO())
     state = svi.init(jax.random.PRNGKey(0), X, y, init_params=init, **({} if passes else kwargs))
@@ -330,7 +311,7 @@ def run_airline_svi(args):
 
     from inference.benchmarks.spherical import airline_data, airline_model, predict_chunks
     from ppl_sparsegp import SparseGP, fit_spherical
-    from ppl_sparsegp.optim import NaturalGradient
+    from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient
 
     Xtr, ytr, Xte, yte, f_test = airline_data(args.airline_n)
     feature, map_feature, prior, lik, kw = airline_model(Xtr.shape[1], args.airline_degree)
@@ -349,7 +330,7 @@ def run_airline_svi(args):
     N, B = len(ytr), min(args.airline_batch, len(ytr))
     lr = _natgrad_lrs(args)[0]
     gamma = natgrad_gamma(args.gamma, args.gamma_floor, full_batch=False)
-    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma), _pass_elbo(gp))
+    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(lr), gamma=gamma), AnalyticELBO(gp))
     state = svi.init(jax.random.PRNGKey(0), jnp.asarray(Xtr[:B]), jnp.asarray(ytr[:B]), init_params=init)
     advance = jax.jit(lambda s, Xb, yb: jax.lax.scan(
         lambda s, b: (svi.update(s, *b, num_data=N)[0], None), s, (Xb, yb))[0])

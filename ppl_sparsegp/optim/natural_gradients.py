@@ -352,7 +352,9 @@ class AnalyticELBO(ELBO):
         - \mathrm{KL}(q(\mathbf u)\,\|\,p(\mathbf u)) + \log p(\theta)\Big],
 
     B a minibatch of ``batch_size`` rows drawn without replacement from the step's key (all N rows for
-    ``batch_size=None``). Takes the model's arguments ``(X, y, batch_size=None)``.
+    ``batch_size=None``), or, with ``num_data=N``, the rows (X, y) given: a minibatch the caller drew from a
+    set of N rows (e.g. one block of a permutation per epoch). Takes the model's arguments
+    ``(X, y, batch_size=None)`` and ``num_data=None``.
 
     :param gp: the SparseGP (``residual="expected"``).
     :raises ValueError: for a model without an analytic ELBO.
@@ -364,11 +366,19 @@ class AnalyticELBO(ELBO):
         super().__init__(num_particles=1)
         self.gp = gp
 
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, batch_size=None, **kwargs):
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, batch_size=None, num_data=None,
+                                **kwargs):
         """The negative ELBO of the SparseGP at ``param_map`` (what ``SVI`` minimises), on a minibatch of
-        ``batch_size`` rows scaled by N/B when given, with ``{"loss": value, "mutable_state": None}``."""
+        ``batch_size`` rows (or the rows given, of a set of ``num_data``) scaled by N/B, with
+        ``{"loss": value, "mutable_state": None}``.
+
+        :raises ValueError: for both ``batch_size`` and ``num_data`` (one draws the minibatch, the other
+            says it is drawn)."""
         gp = self.gp
-        N = X.shape[0]
+        if batch_size is not None and num_data is not None:
+            raise ValueError("AnalyticELBO: give batch_size (the loss draws each step's rows) or num_data (X, y "
+                             "are a minibatch you drew from num_data rows), not both")
+        N = X.shape[0] if num_data is None else num_data
         k_batch, k_mc = jax.random.split(rng_key)
         if batch_size is not None:
             idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
