@@ -232,10 +232,11 @@ def _marginal_base(fn):
 
 
 def _observed_terms(mcmc):
-    """``(terms, first)``: ``terms(draw) -> {site: pointwise values}`` of every observed site of the sampled
-    model (its log density as ``numpyro.infer.log_likelihood``; for a marginal site of
+    """``(terms, first, marginal)``: ``terms(draw) -> {site: pointwise values}`` of every observed site of
+    the sampled model (its log density as ``numpyro.infer.log_likelihood``; for a marginal site of
     ``marginal_spectral_gp``, which does not factorise over observations, the leave-one-out terms
-    log p(y_i | y_-i, θ)), and ``first``, the observed values of the first draw's trace."""
+    log p(y_i | y_-i, θ)), ``first``, the observed values of the first draw's trace, and ``marginal``, the
+    names of the marginal sites."""
     model, (args, kwargs) = mcmc.sampler.model, mcmc_run_arguments(mcmc)
     draw0 = {k: v[0] for k, v in mcmc.get_samples().items()}
     tr0 = model_trace(model, draw0, args, kwargs)
