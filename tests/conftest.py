@@ -17,18 +17,34 @@ import tempfile
 # compiles as users do: its float32 property test draws ill-conditioned cases whose float32 rounding
 # differs without LLVM's optimisation (measured: inducing points, M = 60, a NaN bound at -O0, every case
 # passes at the default level). A jaxlib that no longer knows the emitter flag would abort at start-up,
-# so it is probed once first. The flags are set in pytest_configure (before any computation starts
+# so the flags are probed once first. The flags are set in pytest_configure (before any computation starts
 # XLA), where the marker expression is known; xdist's workers and the tests' subprocesses inherit them.
+#
+# Both tiers run XLA's CPU kernels single-threaded (--xla_cpu_multi_thread_eigen=false). With the intra-op
+# Eigen pool on, a program can wedge XLA's CPU runtime for good: every pool worker parked waiting for a
+# sub-task that needs a free worker, the main thread waiting on the result, no thread busy. CI met it on
+# the adequacy page (from_mcmc's leave-one-out block, 14 s on this machine, stopped after 300 s on
+# 2026-11-27; 24 reruns here under the same load did not wedge), and public reports name the same
+# mechanism for XLA's FFT thunk (PyAutoFit#1528/#1530: the flag alone, 0 wedges in 12 runs against 14 in
+# 16). With one pytest worker per core the pool only oversubscribes the cores anyway.
+def _accepted(flags):
+    """Whether this jaxlib starts with ``XLA_FLAGS=flags`` (an unknown flag aborts it at start-up)."""
+    probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"],
+                           env={**os.environ, "XLA_FLAGS": flags}, capture_output=True)
+    return probe.returncode == 0
+
+
 def pytest_configure(config):
     if "XLA_FLAGS" in os.environ:
         return
-    flags = "--xla_force_host_platform_device_count=2"
+    flags, optional = "--xla_force_host_platform_device_count=2", ["--xla_cpu_multi_thread_eigen=false"]
     if "not slow" in (config.option.markexpr or ""):  # the fast suite (pyproject's default -m)
-        fast = flags + " --xla_backend_optimization_level=0"
-        probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"],
-                               env={**os.environ, "XLA_FLAGS": fast + " --xla_cpu_use_fusion_emitters=false"},
-                               capture_output=True)
-        flags = fast + (" --xla_cpu_use_fusion_emitters=false" if probe.returncode == 0 else "")
+        flags += " --xla_backend_optimization_level=0"
+        optional.append("--xla_cpu_use_fusion_emitters=false")
+    if _accepted(" ".join([flags, *optional])):
+        flags = " ".join([flags, *optional])
+    else:  # a jaxlib that dropped one of them: keep those it knows
+        flags = " ".join([flags] + [f for f in optional if _accepted(f"{flags} {f}")])
     os.environ["XLA_FLAGS"] = flags
 
 

@@ -100,11 +100,12 @@ def test_page_runs(page, tmp_path):
     env = {**os.environ, "QUICK": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("NOTEBOOK_OUT", None)
-    # XLA as a reader has it: one CPU device (the suite's forced host devices would make the sharding page's
-    # collectives wait for a second device thread, which a loaded machine can starve past XLA's timeout) and
-    # the default optimisation level (at the suite's --xla_backend_optimization_level=0 the adequacy page's
-    # exact-GP block deadlocked in XLA's CPU runtime: every thread idle, the main one waiting on a result;
-    # reproduced outside pytest with that flag alone, 2026-11-27)
+    # XLA as a reader has it, but for the suite's single-threaded kernels (conftest.py: with XLA's intra-op
+    # Eigen pool the runtime can wedge, every thread idle and the main one waiting on a result; CI met it
+    # on this page's from_mcmc at the default level, and session 22 here on its exact-GP block at
+    # --xla_backend_optimization_level=0): one CPU device (the suite's forced host devices would make the
+    # sharding page's collectives wait for a second device thread, which a loaded machine can starve past
+    # XLA's timeout) and the default optimisation level
     env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+|--xla_backend_optimization_level=\d+",
                               "", env.get("XLA_FLAGS", "")).strip()
     # -X faulthandler: a page that hangs is stopped with SIGABRT, which prints every thread's stack
