@@ -356,11 +356,20 @@ def test_gamma_schedule_values():
     g = np.asarray(jax.vmap(gamma_schedule(1e-3, 0.4, 6, tau=3.0, kappa=0.7))(t))
     ref = np.where(t <= 6, 1e-3 * (0.4 / 1e-3) ** (np.minimum(t, 6) / 6),
                    0.4 * (1 + np.maximum(t - 6, 0) / 3.0) ** -0.7)
-    np.testing.assert_allclose(g, ref, rtol=1e-6)  # jnp.float32 step index: t exact, γ to ~1e-7
+    np.testing.assert_allclose(g, ref, rtol=1e-12)  # the step index in float64 (x64): γ to round-off
     g = np.asarray(jax.vmap(gamma_schedule(1e-4, 0.5, 5))(t))
     np.testing.assert_allclose(g[5:], 1 / (t[5:] - 5 + 2.0), rtol=1e-6)
+    # no ramp, γ_max = 1: the running mean 1/(t + 1) from the first step (float64 under x64: exact to
+    # round-off, which one pass of minibatches needs to land on the optimum); a floor holds it at 0.05
+    g = np.asarray(jax.vmap(gamma_schedule(peak=1.0, ramp_steps=0))(t))
+    assert g.dtype == np.float64
+    np.testing.assert_allclose(g, 1 / (t + 1.0), rtol=1e-15)
+    g = np.asarray(jax.vmap(gamma_schedule(1e-3, 0.4, 6, floor=0.1))(t))
+    np.testing.assert_allclose(g, np.where(t <= 6, 1e-3 * (0.4 / 1e-3) ** (np.minimum(t, 6) / 6),
+                                           np.maximum(1 / (t - 6 + 2.5), 0.1)), rtol=1e-12)
     for bad, match in [({"kappa": 0.5}, "kappa"), ({"tau": 0.0}, "tau"), ({"peak": 1.5}, "start and end"),
-                       ({"ramp_steps": 0}, "num_steps")]:
+                       ({"ramp_steps": -1}, "ramp_steps"), ({"ramp_steps": 2.5}, "ramp_steps"),
+                       ({"floor": 0.6}, "floor"), ({"floor": -0.1}, "floor")]:
         with pytest.raises(ValueError, match=match):
             gamma_schedule(**bad)
 

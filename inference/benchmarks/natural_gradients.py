@@ -154,7 +154,8 @@ def _test_nlpd(gp, feature, values, m_v, S_v, Xs, ys, y_sd):
 
 def natgrad_gamma(gamma, floor, *, full_batch):
     """The natural-gradient step size: ``gamma`` if given; else 1 on the full batch (one step reaches the
-    optimal q); else, with minibatches, :math:`\\gamma_t = \\max(1/(t+1), \\gamma_{floor})` (a callable).
+    optimal q); else, with minibatches, :math:`\\gamma_t = \\max(1/(t+1), \\gamma_{floor})`
+    (``gamma_schedule(peak=1, ramp_steps=0, floor=floor)``).
 
     For a Gaussian likelihood a step with γ moves q's natural parameters to (1 − γ)θ + γθ̂_B, θ̂_B the
     optimum for the step's minibatch (its data term scaled by N/B); with γ_t = 1/(t+1), θ_t is the mean of
@@ -162,13 +163,13 @@ def natgrad_gamma(gamma, floor, *, full_batch):
     after one epoch q is what one pass over all rows gives), and the floor keeps forgetting the minibatches
     seen at older hyperparameters.
     """
-    import jax.numpy as jnp
+    from ppl_sparsegp.optim import gamma_schedule
 
     if gamma is not None:
         return gamma
     if full_batch:
         return 1.0
-    return lambda t: jnp.maximum(1.0 / (jnp.asarray(t, jnp.float64) + 1.0), floor)
+    return gamma_schedule(peak=1.0, ramp_steps=0, floor=floor)
 
 
 def _blocks(X, y, B, per_epoch, passes):
