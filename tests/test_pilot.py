@@ -61,3 +61,26 @@ def test_pilot_refuses_latent_models_and_bad_options():
         psg.choose_features(latent, XS, YS)
     with pytest.raises(ValueError, match="starts must be a positive integer"):
         psg.choose_features(model, XS, YS, starts=0)
+
+
+def test_laplace_log_mass_is_the_evidence_of_a_posterior_gaussian_in_the_unconstrained_coordinates():
+    """Modes are kept by their Laplace mass, not their peak height. Where the posterior is Gaussian in the
+    unconstrained coordinates (u = log θ for a LogNormal prior with y ~ N(log θ, 0.5²); an unbounded b with
+    a Normal prior and likelihood) Laplace's mass is exact: the log evidence, here in closed form (y ~ N(0.3,
+    0.7² + 0.5²), y₂ ~ N(0, 1 + 0.3²)), to round-off. Dropping the Jacobian (the peak of p(y, θ) in θ)
+    would be off by log θ̂ ≈ 0.9."""
+    from ppl_sparsegp.approximations.pilot import _laplace_log_mass
+
+    def toy(y, y2):
+        theta = numpyro.sample("theta", dist.LogNormal(0.3, 0.7))
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(jnp.log(theta), 0.5), obs=y)
+        numpyro.sample("y2", dist.Normal(b, 0.3), obs=y2)
+
+    y, y2 = 1.1, 0.4
+    u_hat = (0.3 / 0.49 + y / 0.25) / (1 / 0.49 + 1 / 0.25)  # the posterior mode of log θ
+    b_hat = (y2 / 0.09) / (1 + 1 / 0.09)
+    sites = {"theta": dist.LogNormal(0.3, 0.7), "b": dist.Normal(0.0, 1.0)}
+    mass = _laplace_log_mass(toy, (y, y2), {}, sites, {"theta": np.exp(u_hat), "b": b_hat})
+    evidence = (dist.Normal(0.3, np.sqrt(0.49 + 0.25)).log_prob(y) + dist.Normal(0.0, np.sqrt(1.09)).log_prob(y2))
+    np.testing.assert_allclose(mass, float(evidence), rtol=0, atol=1e-10)

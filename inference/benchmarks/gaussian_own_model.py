@@ -226,8 +226,8 @@ def models(t, H, setting, y=None):
         out[PILOT] = lambda t, y, trend=chosen["trend"]: collapsed(t, y, trend)
         out[PILOT].record = {"pilot_s": c.wall, "frequencies": chosen["trend"].num_frequencies,
                              "needed": chosen.info["needed"], "feature": chosen["trend"],
-                             "pilot_modes": [{"log_joint": m["log_joint"], **m["gps"].get("trend", {})}
-                                             for m in chosen.info["modes"]]}
+                             "pilot_modes": [{"log_joint": m["log_joint"], "log_mass": m["log_mass"],
+                                              **m["gps"].get("trend", {})} for m in chosen.info["modes"]]}
         out[PILOT].refit = lambda feature: (lambda t, y: collapsed(t, y, feature))
         fine = chosen["trend"].refined().refined()
         out[REFERENCE] = lambda t, y: collapsed(t, y, fine)
