@@ -138,11 +138,13 @@ def test_mcmc_pointwise_groups_above_the_cap_are_thinned_per_chain_with_the_draw
     (deterministic given the draw), and the predictive f is the draw's p(f | u) (z-scores)."""
     gp, mcmc, idata, X, y = mcmc_fit
     N = X.shape[0]
-    capped = diagnostics.from_mcmc(mcmc, gp, X, y, rng_key=jax.random.PRNGKey(1), max_pointwise=CHAINS * 9 * N + 5)
+    capped = diagnostics.from_mcmc(mcmc, gp, X, y, rng_key=jax.random.PRNGKey(1), max_pointwise=CHAINS * 9 * N + 5,
+                                   coords={"obs": 3.0 * X[:, 0]})
     kept = np.round(np.linspace(0, DRAWS - 1, 9)).astype(int)
     assert capped.posterior.sizes["draw"] == DRAWS and capped.posterior.attrs["pointwise_draws"] == 9
     for group in ("log_likelihood", "posterior_predictive"):
         np.testing.assert_array_equal(getattr(capped, group).draw.values, kept)
+        np.testing.assert_array_equal(getattr(capped, group).obs.values, 3.0 * X[:, 0])  # the user's coords
         assert getattr(capped, group).sizes["chain"] == CHAINS
     np.testing.assert_allclose(capped.log_likelihood["y"].values, idata.log_likelihood["y"].values[:, kept],
                                rtol=1e-10, atol=1e-12)

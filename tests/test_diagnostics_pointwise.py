@@ -21,15 +21,16 @@ def params_of(gp):
 def test_thinned_pointwise_groups_hold_the_kept_draws_values():
     """⌊159 / 20⌋ = 7 of 50 draws, evenly spaced, labelled by their posterior draw: the log likelihood of
     each is E_p(f|u)[log N(y | f, σ²)] of that posterior draw (dense), and f, y follow its p(f | u) and
-    noise (z-scores over the 7 × 20 values: 5 standard errors)."""
+    noise (z-scores over the 7 × 20 values: 5 standard errors); the user's coords label the observations."""
     X, y = data()  # N = 20
     gp = make_gp()
     idata = diagnostics.from_svi(params_of(gp), gp, X, y, num_samples=50, max_pointwise=7 * 20 + 19,
-                                 rng_key=jax.random.PRNGKey(4))
+                                 rng_key=jax.random.PRNGKey(4), coords={"obs": 7.0 * X[:, 0]})
     kept = np.round(np.linspace(0, 49, 7)).astype(int)
     assert idata.posterior.sizes["draw"] == 50 and idata.posterior.attrs["pointwise_draws"] == 7
     for group in ("log_likelihood", "posterior_predictive"):
         np.testing.assert_array_equal(getattr(idata, group).draw.values, kept)
+        np.testing.assert_array_equal(getattr(idata, group).obs.values, 7.0 * X[:, 0])  # the user's coords kept
     zf, zy = [], []
     for d in kept:
         s = {k: idata.posterior[k].values[0, d] for k in idata.posterior.data_vars}
@@ -64,9 +65,10 @@ def test_thinned_pointwise_groups_are_the_full_groups_at_the_kept_draws():
 @pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto:UserWarning")
 def test_from_mcmc_of_a_users_own_model_thins_its_log_likelihood_under_max_pointwise():
     """A user's model function (spectral_gp and a Normal site y, N = 20; a marginal_spectral_gp site z,
-    N = 12, whose terms are leave-one-out): 2 chains × 30 draws at the cap 2·7·20 + 5 keep ⌊145 / 2 / 20⌋ = 7
+    N = 10, whose terms are leave-one-out): 2 chains × 30 draws at the cap 2·7·20 + 5 keep ⌊145 / 2 / 20⌋ = 7
     evenly spaced draws per chain, labelled by their posterior draw, with the values the uncapped group
-    holds at those draws (computed by az.from_numpyro / the LOO pass over every draw); az.loo runs."""
+    holds at those draws (computed by az.from_numpyro / the LOO pass over every draw) and the user's dims
+    and coords (both sites, the LOO one too); az.loo runs."""
     import arviz as az
     import numpyro
     import numpyro.distributions as dist
@@ -87,17 +89,25 @@ def test_from_mcmc_of_a_users_own_model_thins_its_log_likelihood_under_max_point
     mcmc = MCMC(NUTS(model), num_warmup=20, num_samples=30, num_chains=2, chain_method="sequential",
                 progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), x, y)
-    full = diagnostics.from_mcmc(mcmc, model)
-    capped = diagnostics.from_mcmc(mcmc, model, max_pointwise=2 * 7 * 20 + 5)
+    # the user's dims and coords: the capped group carries them as the uncapped one (az.from_numpyro's) does
+    coords, dims = {"obs": 10.0 * x, "zobs": 100 + np.arange(10)}, {"y": ["obs"], "z": ["zobs"]}
+    full = diagnostics.from_mcmc(mcmc, model, coords=coords, dims=dims)
+    capped = diagnostics.from_mcmc(mcmc, model, coords=coords, dims=dims, max_pointwise=2 * 7 * 20 + 5)
     kept = np.round(np.linspace(0, 29, 7)).astype(int)
     np.testing.assert_array_equal(capped.log_likelihood.draw.values, kept)
     assert capped.posterior.sizes["draw"] == 30 and capped.posterior.attrs["pointwise_draws"] == 7
     assert "pointwise_draws" not in full.posterior.attrs and full.log_likelihood.sizes["draw"] == 30
-    for site, n in (("y", 20), ("z", 10)):
+    for site, dim, n in (("y", "obs", 20), ("z", "zobs", 10)):
+        assert capped.log_likelihood[site].dims == full.log_likelihood[site].dims == ("chain", "draw", dim)
         assert capped.log_likelihood[site].shape == (2, 7, n)
+        np.testing.assert_array_equal(capped.log_likelihood[dim].values, coords[dim])
+        np.testing.assert_array_equal(full.log_likelihood[dim].values, coords[dim])
         np.testing.assert_allclose(capped.log_likelihood[site].values,
                                    full.log_likelihood[site].sel(draw=kept).values, rtol=1e-10, atol=1e-12)
     assert np.isfinite(az.loo(capped, var_name="y").elpd_loo)
+    for cap in (None, 2 * 7 * 20 + 5):  # a coordinate of the wrong length: the same error, capped or not
+        with pytest.raises(ValueError, match="conflicting sizes for dimension 'obs'"):
+            diagnostics.from_mcmc(mcmc, model, coords={"obs": x[:-1]}, dims=dims, max_pointwise=cap)
     off = diagnostics.from_mcmc(mcmc, model, log_likelihood=False, max_pointwise=10)
     assert "log_likelihood" not in off.groups()
     with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):

@@ -1,8 +1,10 @@
 """The own-model benchmark's long series (inference/benchmarks/gaussian_own_model.py, ``--n``; issue 40
 item 6): the exact GP is refused beyond EXACT_MAX_N points, the long series is the stand-in (its noise
 against the generator's σ), and the table's distances for a long series are to the reference row (the
-collapsed model refined twice), computed by hand here, with the stored N = 500 rows kept beside them."""
+collapsed model refined twice), computed by hand here, with the stored N = 500 rows kept beside them; a
+run keeps every part of the stored JSON that it does not recompute."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -56,3 +58,49 @@ def test_long_series_distances_to_the_reference(tmp_path):
                                [0.5, 0.5, 0.0, 0.5], atol=1e-9)
     assert summary[big, g.REFERENCE]["max_sd_distance"] == 0.0
     assert summary["centre", g.PILOT]["sd_distance"]["trend_ell"] == pytest.approx(0.5)
+
+
+def test_table_only_keeps_every_stored_key(tmp_path, capsys):
+    """--table-only on a copy of the stored results (JSON lines and JSON) with a key added by hand: the JSON
+    it writes is the stored one plus that key (its notes, rows, gradient costs, ratios and machine), for every
+    setting and for one setting alone (the others' rows and ratios kept); the table it prints is the stored
+    rows' table (the JSON the code before this change wrote, with the table it printed)."""
+    stored = json.loads((g.harness.RESULTS / "gaussian_own_model.json").read_text())
+    store = tmp_path / "gaussian_own_model.jsonl"
+    shutil.copy(g.harness.RESULTS / "gaussian_own_model.jsonl", store)
+    expected = {**stored, "by_hand": {"note": "added by hand", "values": [1, 2.5]}}
+    for settings in (["tail", "centre", "deep tail", "bimodal"], ["tail"]):
+        store.with_suffix(".json").write_text(json.dumps(expected))
+        capsys.readouterr()
+        g.main(["--table-only", "--skip-gradients", "--cpu", "all", "--out", str(store), "--settings", *settings])
+        assert json.loads(store.with_suffix(".json").read_text()) == expected
+        rows = [r for r in stored["rows"] if r["setting"].split(",")[0] in settings]
+        large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
+        printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+        assert "\n".join(printed) == g.harness.table(rows, g.COLUMNS + large)
+
+
+def test_a_run_of_some_settings_keeps_the_others():
+    """keep_stored: a run that recomputed the tail setting's rows and gradient costs replaces those, keeps
+    the other settings' rows (in their stored order), ratios and costs and the hand-added keys, and the
+    stored machine only under --table-only; a store of other settings (other data) keeps nothing."""
+    settings = {"n": g.N, "tolerance": g.TOLERANCE}
+    old = {"machine": "old", "settings": settings, "note": "by hand",
+           "rows": [{"setting": "tail", "name": "exact", "v": 1}, {"setting": "tail", "name": "HSGP", "v": 2},
+                    {"setting": "centre", "name": "exact", "v": 3}],
+           "exact_profile": {"bimodal": {"ell": [1.0]}}, "ms_per_gradient_by_n": {"tail": {"500": 1.0},
+                                                                                 "centre": {"500": 2.0}},
+           "ess_per_s_ratios": {"tail": {"a over b": 1.0}, "centre": {"a over b": 2.0}}}
+    new = {"machine": "new", "settings": settings, "rows": [{"setting": "tail", "name": "exact", "v": 10}],
+           "exact_profile": {}, "ms_per_gradient_by_n": {"tail": {"500": 0.5}},
+           "ess_per_s_ratios": {"tail": {}}}
+    out = g.keep_stored(new, old, table_only=False)
+    assert out == {"machine": "new", "settings": settings, "note": "by hand",
+                   "rows": [{"setting": "tail", "name": "exact", "v": 10}, {"setting": "tail", "name": "HSGP", "v": 2},
+                            {"setting": "centre", "name": "exact", "v": 3}],
+                   "exact_profile": {"bimodal": {"ell": [1.0]}},
+                   "ms_per_gradient_by_n": {"tail": {"500": 0.5}, "centre": {"500": 2.0}},
+                   "ess_per_s_ratios": {"tail": {}, "centre": {"a over b": 2.0}}}
+    assert list(out) == list(old)  # the stored order of the keys
+    assert g.keep_stored(new, old, table_only=True)["machine"] == "old"
+    assert g.keep_stored(new, {**old, "settings": {"n": 100, "tolerance": 0.1}}, table_only=False) == new

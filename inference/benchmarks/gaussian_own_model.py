@@ -46,7 +46,9 @@ and the verdicts of the residual check (``adequacy``) and the refinement
 check (``refinement_check``: importance weights under the refined features, and a 100 + 100
 warm-started refit where they cannot decide: the latent models, k̂ > 0.7).
 Also the collapsed model's ms per gradient at N = 500 and at
-N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``.
+N = 100 000 (the statistics path: no N per gradient). Writes ``results/gaussian_own_model.json``, keeping
+whatever of the JSON already there it does not recompute (keys added by hand or by other runs, the rows,
+ratios, gradient costs and profiles of the settings it does not show; with ``--table-only``, its machine).
 
 **Long series** (``--n``, issue 40 item 6's series of 10⁵ points; default 500, the series above): beyond
 ``EXACT_MAX_N`` = 2 000 points the GP draw is out of reach (a dense Cholesky), so the series is the cheap
@@ -360,7 +362,8 @@ COLUMNS = [("setting", "setting", ""), ("model", "name", "")] + [
      "")]
 
 
-def main(argv=None):
+def parse(argv=None):
+    """The command line (see the module docstring), checked; ``--quick`` and the exact GP's defaults applied."""
     p = harness.parser("gaussian_own_model", __doc__, cpu="last")
     p.add_argument("--settings", nargs="+", default=["tail", "centre", "deep tail"], choices=sorted(PRIOR_MEDIAN))
     p.add_argument("--models", nargs="+", default=None, choices=(*MODELS, REFERENCE),
@@ -375,7 +378,7 @@ def main(argv=None):
     p.add_argument("--skip-gradients", action="store_true", help="no ms-per-gradient measurement (runs split "
                    "over cores: the merging run measures it)")
     p.add_argument("--table-only", action="store_true", help="fit nothing: the table and JSON of the stored "
-                   "(and --merge'd) rows of --settings")
+                   "(and --merge'd) rows of --settings (the JSON's other keys are kept)")
     args = p.parse_args(argv)
     if args.n < 10:
         p.error(f"--n must be at least 10 points, got {args.n}")
@@ -388,63 +391,80 @@ def main(argv=None):
         args.warmup, args.samples = 50, 50
     args.exact_warmup = args.warmup if args.exact_warmup is None else args.exact_warmup
     args.exact_samples = args.samples if args.exact_samples is None else args.exact_samples
-    machine = harness.setup(args, one_thread=True)
-    import jax  # noqa: F401  (after setup)
+    return args
 
-    # the store's settings fix the data; each row records its own run lengths ("run"), so that rows of
-    # runs of different lengths (e.g. the exact GP's, reused) merge into one table
-    settings = {"n": N, "tolerance": TOLERANCE}
-    store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
-    for setting in [] if args.table_only else args.settings:
-        t, y, H = simulate(args.n, setting=setting)
-        built = models(t, H, setting, y if {PILOT, REFERENCE} & set(args.models) else None)
-        base, setting = setting, label(setting, args.n)
-        if setting == "bimodal" and "exact" in args.models and not store.done(setting, PROFILE):
-            with harness.clock() as c:
-                profile = exact_profile(built["exact"], t, y, base)
-            store.add({"setting": setting, "name": PROFILE, **profile, "wall_s": c.wall})
-            print("exact profile:", {e: round(v, 1) for e, v in zip(profile["ell"], profile["log_density"])})
-        for name in args.models:
-            if store.done(setting, name):
-                continue
-            print(f"{setting}: {name} ...", flush=True)
-            if name == "exact":
-                run = {"chains": args.exact_chains, "warmup": args.exact_warmup, "samples": args.exact_samples,
-                       "init": "uniform(-2, 2) unconstrained"}
-                row, mcmc = fit(built[name], t, y, warmup=args.exact_warmup, samples=args.exact_samples,
-                                chains=args.exact_chains, dispersed=True)
-            else:
-                run = {"chains": 2, "warmup": args.warmup, "samples": args.samples, "init": "prior median"}
-                large = {} if args.n == N else {"n": args.n, "ms_per_gradient": harness.gradient_cost(
-                    built[name], (t, y), repeats=20)[1]}  # measured first (HSGP's is O(N m))
-                row, mcmc = fit(built[name], t, y, warmup=args.warmup, samples=args.samples)
-                row.update(large)
-            row.update(checks(name, built[name], mcmc, t, y, base, args.quick), run=run)
-            if name == REFERENCE:
-                row["frequencies"] = built[name].record["frequencies"]
-            if name == PILOT:  # from the documented start: the pilot, a fit, and the advised refit if it fails
-                row.update(nuts_fits=1, **{k: v for k, v in built[name].record.items() if k != "feature"})
-                if not row["refinement_ok"] and row.get("advice_frequencies") is None:
-                    advised = row.pop("_advised", None)
-                    if advised is not None:
-                        model = built[name].refit(advised)
-                        first = {} if args.n == N else {"first_fit": {  # the failed fit's figures, kept
-                            k: row[k] for k in ("posterior", "wall_s", "compile_s", "min_bulk_ess", "max_rhat",
-                                                "leapfrog_per_draw", "ms_per_gradient", "refinement_k_hat",
-                                                "refinement_message", "adequacy_ok")},
-                            "ms_per_gradient": harness.gradient_cost(model, (t, y), repeats=20)[1]}
-                        row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
-                        row.update(checks(name, model, mcmc, t, y, base, args.quick), nuts_fits=2, run=run,
-                                   advice_frequencies=advised.num_frequencies, **first,
-                                   **{k: v for k, v in built[name].record.items() if k != "feature"})
-            row.pop("_advised", None)
-            if args.n != N:
-                row["n"] = args.n
-            if setting == "bimodal":
-                row.update(mode_mass(mcmc))
-            store.add({"setting": setting, "name": name, **row})
+
+def fit_setting(store, args, setting):
+    """Fit every model of ``--models`` not yet in ``store`` on the series of ``setting`` (and the bimodal
+    setting's exact profile) and store its row."""
+    t, y, H = simulate(args.n, setting=setting)
+    built = models(t, H, setting, y if {PILOT, REFERENCE} & set(args.models) else None)
+    base, setting = setting, label(setting, args.n)
+    if setting == "bimodal" and "exact" in args.models and not store.done(setting, PROFILE):
+        with harness.clock() as c:
+            profile = exact_profile(built["exact"], t, y, base)
+        store.add({"setting": setting, "name": PROFILE, **profile, "wall_s": c.wall})
+        print("exact profile:", {e: round(v, 1) for e, v in zip(profile["ell"], profile["log_density"])})
+    for name in args.models:
+        if store.done(setting, name):
+            continue
+        print(f"{setting}: {name} ...", flush=True)
+        row, mcmc = fit_row(built[name], name, t, y, base, args)
+        if args.n != N:
+            row["n"] = args.n
+        if setting == "bimodal":
+            row.update(mode_mass(mcmc))
+        store.add({"setting": setting, "name": name, **row})
+
+
+def fit_row(model, name, t, y, base, args):
+    """``(row, mcmc)``: one model's NUTS fit (the exact GP's from dispersed starts), its checks and run
+    lengths; for the pilot, the advised refit when its refinement check fails."""
+    if name == "exact":
+        run = {"chains": args.exact_chains, "warmup": args.exact_warmup, "samples": args.exact_samples,
+               "init": "uniform(-2, 2) unconstrained"}
+        row, mcmc = fit(model, t, y, warmup=args.exact_warmup, samples=args.exact_samples,
+                        chains=args.exact_chains, dispersed=True)
+    else:
+        run = {"chains": 2, "warmup": args.warmup, "samples": args.samples, "init": "prior median"}
+        large = {} if args.n == N else {"n": args.n, "ms_per_gradient": harness.gradient_cost(
+            model, (t, y), repeats=20)[1]}  # measured first (HSGP's is O(N m))
+        row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
+        row.update(large)
+    row.update(checks(name, model, mcmc, t, y, base, args.quick), run=run)
+    if name == REFERENCE:
+        row["frequencies"] = model.record["frequencies"]
+    if name == PILOT:  # from the documented start: the pilot, a fit, and the advised refit if it fails
+        row.update(nuts_fits=1, **{k: v for k, v in model.record.items() if k != "feature"})
+        if not row["refinement_ok"] and row.get("advice_frequencies") is None:
+            advised = row.pop("_advised", None)
+            if advised is not None:
+                row, mcmc = refit_pilot(model, advised, row, t, y, base, args, run)
+    row.pop("_advised", None)
+    return row, mcmc
+
+
+def refit_pilot(pilot, advised, row, t, y, base, args, run):
+    """``(row, mcmc)`` of the pilot's second fit, on the refinement check's ``advised`` trend features
+    (beyond ``N`` points the failed first fit's figures are kept in ``first_fit``)."""
+    model = pilot.refit(advised)
+    first = {} if args.n == N else {"first_fit": {  # the failed fit's figures, kept
+        k: row[k] for k in ("posterior", "wall_s", "compile_s", "min_bulk_ess", "max_rhat",
+                            "leapfrog_per_draw", "ms_per_gradient", "refinement_k_hat",
+                            "refinement_message", "adequacy_ok")},
+        "ms_per_gradient": harness.gradient_cost(model, (t, y), repeats=20)[1]}
+    row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
+    row.update(checks(PILOT, model, mcmc, t, y, base, args.quick), nuts_fits=2, run=run,
+               advice_frequencies=advised.num_frequencies, **first,
+               **{k: v for k, v in pilot.record.items() if k != "feature"})
+    return row, mcmc
+
+
+def table_rows(store, settings):
+    """``(rows, labels)``: the stored rows of ``settings`` and of their longer series (``labels``, in that
+    order), each with its distances to its setting's exact (or reference) row."""
     rows, labels = [], []
-    for setting in args.settings:  # each setting's stored rows, then those of its longer series
+    for setting in settings:  # each setting's stored rows, then those of its longer series
         labels += [setting, *sorted({r["setting"] for r in store.rows if r["setting"].startswith(setting + ", N = ")})]
     for setting in labels:
         group = {r["name"]: r for r in store.rows if r["setting"] == setting}
@@ -459,12 +479,11 @@ def main(argv=None):
                     if "short_mode_mass" in r and "short_mode_mass" in exact:
                         r["short_mode_mass_gap"] = abs(r["short_mode_mass"] - exact["short_mode_mass"])
                 rows.append(r)
-    large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
-    print(harness.table(rows, COLUMNS + large))
-    costs = {} if args.skip_gradients else {
-        setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
-    print("\ncollapsed VFF, ms per gradient by N:",
-          {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
+    return rows, labels
+
+
+def ess_ratios(rows, labels):
+    """``{label: {"<a> over <b>": ratio}}``: the collapsed rows' min bulk ESS/s over the others'."""
     ratios = {}
     for setting in labels:
         by = {r["name"]: r for r in rows if r["setting"] == setting}
@@ -473,11 +492,73 @@ def main(argv=None):
                                              ("collapsed VFF", ("exact", "latent VFF", "HSGP")),
                                              (COARSE[0], ("exact", COARSE[1], "HSGP")))
                            for b in others if a in by and b in by}
+    return ratios
+
+
+def stored_summary(path):
+    """The JSON summary already at ``path`` ({} when there is none), whose keys a run keeps where it does
+    not recompute them (:func:`keep_stored`)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: not valid JSON ({e}); fix or move it (this run would rewrite it, keeping its "
+                         "keys and the rows it does not recompute)") from e
+
+
+def keep_stored(summary, stored, table_only):
+    """``summary`` with every part of the ``stored`` summary (of the same ``settings``) that this run does not
+    recompute: keys added by hand or by other runs, the rows (by setting and name) and the per-setting entries
+    of ``ms_per_gradient_by_n``, ``ess_per_s_ratios`` and ``exact_profile`` of settings it does not show, and,
+    with ``--table-only`` (no fit), the stored ``machine``. Keys keep the stored order."""
+    if stored.get("settings") != summary["settings"]:  # other data: nothing of it applies
+        return summary
+    out = {**stored, **summary}
+    if table_only and "machine" in stored:
+        out["machine"] = stored["machine"]
+    for key in ("ms_per_gradient_by_n", "ess_per_s_ratios", "exact_profile"):
+        out[key] = {**stored.get(key, {}), **summary[key]}
+    new = {(r["setting"], r["name"]) for r in summary["rows"]}
+    groups = {}  # setting -> rows, in the stored order of the settings, new settings last
+    for r in stored.get("rows", []) + summary["rows"]:
+        groups.setdefault(r["setting"], [])
+    for r in summary["rows"] + [r for r in stored.get("rows", []) if (r["setting"], r["name"]) not in new]:
+        groups[r["setting"]].append(r)
+    out["rows"] = [r for rows in groups.values() for r in rows]
+    return out
+
+
+def main(argv=None):
+    args = parse(argv)
+    machine = harness.setup(args, one_thread=True)
+    import jax  # noqa: F401  (after setup)
+
+    # the store's settings fix the data; each row records its own run lengths ("run"), so that rows of
+    # runs of different lengths (e.g. the exact GP's, reused) merge into one table
+    settings = {"n": N, "tolerance": TOLERANCE}
+    store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
+    stored = stored_summary(store.path.with_suffix(".json"))  # read first: a bad file stops the run before its fits
+    for setting in [] if args.table_only else args.settings:
+        fit_setting(store, args, setting)
+    rows, labels = table_rows(store, args.settings)
+    large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
+    print(harness.table(rows, COLUMNS + large))
+    costs = {} if args.skip_gradients else {
+        setting: gradient_costs([N] if args.quick else [N, 100_000], setting) for setting in args.settings}
+    print("\ncollapsed VFF, ms per gradient by N:",
+          {s: {k: round(v, 3) for k, v in c.items()} for s, c in costs.items()})
+    ratios = ess_ratios(rows, labels)
     print("collapsed VFF's min bulk ESS/s over the others':", ratios)
-    store.write_json({"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
-                      "bimodal": BIMODAL, "rows": rows,
-                      "exact_profile": {r["setting"]: r for r in store.rows if r["name"] == PROFILE},
-                      "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios})
+    summary = {"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
+               "bimodal": BIMODAL, "rows": rows,
+               "exact_profile": {r["setting"]: r for r in store.rows if r["name"] == PROFILE},
+               "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios}
+    store.write_json(keep_stored(summary, stored, args.table_only))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import xarray as xr
 from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
@@ -148,8 +149,8 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     ``feature``; X, y, ``predictive`` and ``rng_key`` are not used (draw predictions with
     ``numpyro.infer.Predictive``). ``max_pointwise`` holds there too, with N the size of the largest
     observed site: above it the ``log_likelihood`` group holds D evenly spaced draws per chain, evaluated
-    in vectorised blocks and labelled by their posterior draw, with the values the uncapped group has at
-    those draws.
+    in vectorised blocks and labelled by their posterior draw, with the values, dims and coords the uncapped
+    group has at those draws.
     """
     if not hasattr(mcmc, "get_samples"):
         raise TypeError(f"from_mcmc: mcmc must be the numpyro.infer.MCMC object after mcmc.run(...), got "
@@ -209,16 +210,24 @@ def _from_user_model(mcmc, coords, dims, log_likelihood, max_pointwise):
     if thinned:  # D evenly spaced draws per chain (the same in every chain), in blocks, as from_svi
         which = _pointwise_draws(S, N, max(1, cap // C))
         values = _user_terms_at(terms[0], samples, which, block=max(1, _BLOCK_VALUES // N))
-        names = {n: tuple(all_dims.get(n, [f"{n}_dim_{i}" for i in range(v.ndim - 2)])) for n, v in values.items()}
-        ds = xr.Dataset({n: (("chain", "draw") + names[n], v) for n, v in values.items()},
-                        coords={"chain": np.arange(C), "draw": which})
+        ds = _log_likelihood_dataset(values, coords, all_dims, draws=which)
         with warnings.catch_warnings():  # added after the fact: ArviZ warns about the group order
             warnings.simplefilter("ignore", UserWarning)
             idata.add_groups({"log_likelihood": ds})
         idata.posterior.attrs["pointwise_draws"] = int(len(which))
     elif log_likelihood:
-        _marginal_loo(idata, mcmc, terms)
+        _marginal_loo(idata, mcmc, terms, coords, all_dims)
     return idata
+
+
+def _log_likelihood_dataset(values, coords, dims, draws=None):
+    """``{site: (C, D, ...)}`` as the ``log_likelihood`` Dataset ``az.from_numpyro`` builds (its
+    ``dict_to_dataset``: the user's ``dims`` and ``coords``, the same errors for a coordinate whose length is
+    not its dim's), the draws labelled ``draws`` (the posterior draws they are of; None: ArviZ's 0..D-1)."""
+    coords = dict(coords or {})
+    if draws is not None:
+        coords["draw"] = np.asarray(draws)
+    return az.dict_to_dataset(values, library=numpyro, coords=coords, dims=dims, skip_event_dims=True)
 
 
 def _marginal_base(fn):
@@ -259,12 +268,12 @@ def _user_terms_at(terms, samples, which, block):
     return {n: np.asarray(v).reshape((C, len(which)) + v.shape[1:]) for n, v in out.items()}
 
 
-def _marginal_loo(idata, mcmc, terms):
+def _marginal_loo(idata, mcmc, terms, coords, dims):
     """Replace the joint log density of every :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian`
     site (``marginal_spectral_gp``; the model does not factorise over observations) in the
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
-    as the pointwise values of a non-factorised model."""
+    as the pointwise values of a non-factorised model; with the user's ``dims`` and ``coords``."""
     fn, first, marginal = terms
     if not marginal or "log_likelihood" not in idata.groups():
         return
@@ -273,8 +282,9 @@ def _marginal_loo(idata, mcmc, terms):
     N = max(int(np.size(first[n])) for n in marginal)
     values = _user_terms_at(lambda d: {n: v for n, v in fn(d).items() if n in marginal}, samples,
                             np.arange(S), block=max(1, _BLOCK_VALUES // (N * N)))  # a draw's LOO: O(N²)
-    for n, v in values.items():
-        idata.log_likelihood[n] = (("chain", "draw") + tuple(f"{n}_dim_{i}" for i in range(v.ndim - 2)), v)
+    ds = _log_likelihood_dataset(values, coords, dims)
+    for n in values:
+        idata.log_likelihood[n] = ds[n]
 
 
 #: the most values (draws × observations) from_svi puts in each variable of the pointwise groups
