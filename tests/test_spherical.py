@@ -526,3 +526,30 @@ def test_save_and_load_fit(tmp_path):
     assert back.feature.degrees == gp.feature.degrees and back.kernel.nu == 1.5
     a, b = gp.predict(X, params=res.params), back.predict(X, params=params)
     np.testing.assert_array_equal(np.asarray(a["f_mean"]), np.asarray(b["f_mean"]))
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_refined_arccos_features_built_with_the_kernel_skip_exactly_its_vanishing_degrees(order, L):
+    """Features of max_degree ≤ 3 built with kernel= know the kernel's vanishing degrees (no gap in their
+    degrees says so yet): refined once and twice, they hold exactly the degrees whose raw (unmasked)
+    Funk–Hecke quadrature is non-zero, up to at least twice the old highest degree, and Kuu is finite and
+    positive definite: 1/(σ² a_n) against those raw coefficients. Without kernel= the parity is still read
+    from the degrees (today's rule), so refining every degree and Kuu refusing the vanishing ones."""
+    d, kernel = 3, ArcCosine(order, 1.7)
+    t, P = _quadrature(d, 24, 2 * 24 + 200)
+    raw = P @ np.asarray(kernel.kappa(jnp.asarray(t)))  # not masked by vanishing_degree: independent of it
+    f = SphericalHarmonicFeatures(2, L, kernel=ArcCosine(order))
+    for _ in range(2):
+        old, f = f.max_degree, f.refined()
+        assert f.max_degree > old
+        kept = tuple(n for n in range(max(f.max_degree, 2 * old) + 1) if abs(raw[n]) > 1e-9 * raw[0])
+        assert f.degrees == kept, (f.degrees, kept)  # every non-vanishing degree to 2·old (or the next one)
+        kuu = np.asarray(psg.Kuu(f, kernel).to_dense())
+        assert np.all(np.isfinite(kuu)) and np.min(np.linalg.eigvalsh(kuu)) > 0
+        expected = 1 / (1.7 * np.repeat(raw[list(f.degrees)], [num_harmonics(d, n) for n in f.degrees]))
+        np.testing.assert_allclose(np.diag(kuu), expected, rtol=1e-9)
+    plain = SphericalHarmonicFeatures(2, L).refined()  # without kernel= (no gap yet): today's parity rule
+    if any(abs(raw[n]) <= 1e-9 * raw[0] for n in plain.degrees):  # a vanishing degree came back: Kuu names
+        with pytest.raises(ValueError, match="kernel=kernel"):  # the fix
+            psg.Kuu(plain, kernel)
