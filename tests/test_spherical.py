@@ -553,3 +553,19 @@ def test_refined_arccos_features_built_with_the_kernel_skip_exactly_its_vanishin
     if any(abs(raw[n]) <= 1e-9 * raw[0] for n in plain.degrees):  # a vanishing degree came back: Kuu names
         with pytest.raises(ValueError, match="kernel=kernel"):  # the fix
             psg.Kuu(plain, kernel)
+
+
+def test_save_and_load_fit_keeps_the_vanishing_rule_of_arccos_features(tmp_path):
+    """The features' vanishing-degree rule (a class and its static fields) survives save_fit/load_fit: the
+    loaded features refine as the saved ones do (skipping degree 3 of ArcCosine(1))."""
+    from ppl_sparsegp.fits import load_fit, save_fit
+    X, y = regression_data(20, 2)
+    gp = psg.SparseGP(SphericalHarmonicFeatures(2, 2, kernel=ArcCosine(1)), ArcCosine(1), Gaussian(0.01))
+    res = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.05), Trace_ELBO()).run(jax.random.PRNGKey(0), 2, X, y,
+                                                                             progress_bar=False)
+    save_fit(tmp_path / "fit.npz", gp, res.params)
+    back, _ = load_fit(tmp_path / "fit.npz")
+    assert back.feature.vanishing == gp.feature.vanishing == (ArcCosine, (1,))
+    assert back.feature.refined().degrees == gp.feature.refined().degrees == (0, 1, 2, 4)
+    with pytest.raises(ValueError, match="vanishing must be .*pass the kernel as kernel="):
+        SphericalHarmonicFeatures(2, 2, vanishing=(ArcCosine, ()))  # ArcCosine has one static field (order)
