@@ -171,8 +171,9 @@ class SphericalHarmonicFeatures(InducingFeature):
     :param input_dim: D ≥ 2, the number of input columns.
     :param max_degree: L ≥ 0, the highest degree kept.
     :param kernel: optional kernel (or kernel template): its structurally vanishing degrees (the
-        arc-cosine kernels' odd or even degrees) are dropped. Without it every degree 0…L is kept, and
-        Kuu refuses a kernel with a vanishing degree among them.
+        arc-cosine kernels' odd or even degrees) are dropped, and :meth:`refined` skips them (the rule is
+        kept in ``vanishing``). Without it every degree 0…L is kept, and Kuu refuses a kernel with a
+        vanishing degree among them.
     :param degrees: optional explicit tuple of degrees (overrides ``max_degree``'s range; each ≤ the
         supported limit).
     :param data_box: optional ((min per column), (max per column)) of the training inputs, for
