@@ -258,3 +258,96 @@ def test_pilot_keeps_a_family_without_a_rule_and_says_so():
     chosen = psg.choose_features(model, x, y, refine=0, starts=1)
     assert chosen["points"] is feats["points"] and "InducingPoints has no size rule" in chosen.info["kept"]["points"]
     assert "trend" in chosen.info["needed"] and "trend" not in chosen.info["kept"]
+
+
+# --- the cap on the features of one GP (max_features) ----------------------------------------------------
+def test_pilot_refuses_a_choice_over_max_features_at_tiny_noise_naming_the_gp_and_the_fix():
+    """Noise sd 1e-5 against a unit signal: τ = 0.01·σ_n²/σ_f² = 1e-12, and VFF's rule wants 2 333 features
+    (above the default cap of 2 000). The refusal names the GP, τ, the size and the fixes; with the cap at
+    exactly that size the same choice is returned, and it is frequencies_needed at the recorded lengthscale
+    and tolerance (the independent closed form)."""
+    rng = np.random.default_rng(0)
+    x = np.sort(rng.uniform(0.0, 10.0, 40))
+    y, noise, prior = np.sin(2 * x) + 1e-5 * rng.normal(size=40), 1e-5, dist.LogNormal(0.0, 0.3)
+    feats = {"f": FourierFeatures.from_data(x, prior, nu=2.5)}
+
+    def model(xs, ys, features=feats):
+        psg.marginal_spectral_gp("y", {"f": (features["f"], psg.Matern52(1.0, prior))}, xs, ys, noise)
+
+    with pytest.raises(psg.features.TooManyFeatures,
+                       match=r"GP 'f' \(FourierFeatures\) wants M' = \d+ features at tolerance 1e-12.*max_features "
+                             r"= 2000.*raise max_features.*noise_fraction.*another family") as err:
+        psg.choose_features(model, x, y, refine=0, starts=1)
+    wanted = err.value.wanted
+    assert wanted > 2000 and err.value.max_features == 2000 and isinstance(err.value, ValueError)
+    chosen = psg.choose_features(model, x, y, refine=0, starts=1, max_features=wanted)
+    need, f = chosen.info["needed"]["f"], chosen["f"]
+    assert need["tolerance"] == pytest.approx(1e-12) and f.num_features == wanted
+    assert f.num_frequencies == frequencies_needed(f.a, f.b, need["lengthscale"], 2.5, need["tolerance"])
+    with pytest.raises(ValueError, match="max_features must be a positive integer"):
+        psg.choose_features(model, x, y, refine=0, starts=1, max_features=0)
+
+
+def _capped_cases():
+    """(feature, inputs, kernel, tolerance) of every family with a rule, at a tolerance that needs many
+    features."""
+    x = np.linspace(-2.0, 3.0, 60)[:, None]
+    X2 = np.stack([np.linspace(0.0, 10.0, 50), np.linspace(-1.0, 1.0, 50)], 1)
+    m = psg.Matern32(1.0, 0.3)
+    return {
+        "vff": (FourierFeatures(-3.0, 4.0, 5), x, psg.Matern52(1.0, 0.2), 1e-8),
+        "periodic": (FourierFeatures(0.0, 1.0, 4), x, psg.Periodic(1.0, 0.05, 1.0), 1e-8),
+        "hermite": (HermiteFeatures(5, 1.5, 0.5), x, psg.SquaredExponential(1.0, 0.05), 1e-6),
+        "trig": (TrigonometricFeatures(5, 1.0, centre=0.5), x, psg.Matern52(1.0, 0.1), 1e-6),
+        "additive": (AdditiveFeatures.from_data(X2, PRIOR), X2, psg.Additive([m, m]), 1e-6),
+        "kronecker": (KroneckerFeatures.from_data(X2, PRIOR), X2, psg.Product([m, m]), 1e-6),
+        "spherical": (SphericalHarmonicFeatures(2, 2), X2, psg.ArcCosine(1), 1e-6),
+    }
+
+
+@pytest.mark.parametrize("family", ["vff", "periodic", "hermite", "trig", "additive", "kronecker", "spherical"])
+def test_resized_stops_at_max_features(family):
+    """Every family's rule under a cap: the uncapped choice is returned unchanged when it fits exactly, and a
+    cap one below (or a tenth of it) raises TooManyFeatures, with the size wanted where the rule knows it
+    (VFF, per-dimension sums and products, spherical: there it equals the uncapped choice's size)."""
+    feature, X, kernel, tol = _capped_cases()[family]
+    free = feature.resized(X, kernel, tol)
+    M = free.num_features
+    assert M > 200, M  # the case needs many features (measured: vff 801, periodic 231, hermite 401, trig 595,
+    # additive 5 200, kronecker 6 938 709 (only sizes: nothing of that size is built), spherical 2 418)
+    assert feature.resized(X, kernel, tol, M).num_features == M  # the cap at the size: the same choice
+    with pytest.raises(psg.features.TooManyFeatures) as err:
+        feature.resized(X, kernel, tol, M - 1)
+    assert err.value.wanted in (None, M)
+    if family in ("vff", "additive", "kronecker", "spherical"):
+        assert err.value.wanted == M
+    if family == "vff":  # the size wanted is the closed-form rule's
+        assert M == 2 * frequencies_needed(-3.0, 4.0, 0.2, 2.5, tol) - 1
+    with pytest.raises(psg.features.TooManyFeatures):  # the search stops at a small cap
+        feature.resized(X, kernel, tol, M // 10)
+
+
+def test_pilot_refines_arccos_spherical_features_of_max_degree_two():
+    """refine=2 on arc-cosine features of max_degree 2 built with kernel= (no gap in the degrees yet): the
+    refined features skip the vanishing odd degrees, so the pilot runs (it used to fail: Kuu refused degree
+    3), and the chosen degrees are the non-vanishing ones up to the fewest degree whose raw (unmasked)
+    Funk–Hecke coefficients leave at most the recorded tolerance unresolved."""
+    from ppl_sparsegp.features.spherical_harmonics import _quadrature, num_harmonics
+
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-1.0, 1.0, (30, 2))
+    y = np.sin(X.sum(1)) + NOISE * rng.normal(size=30)
+    feats = {"f": SphericalHarmonicFeatures(2, 2, kernel=psg.ArcCosine(1))}
+
+    def model(xs, ys, features=feats):
+        kernel = psg.ArcCosine(1, dist.LogNormal(0.0, 0.5), 1.0, 1.0)
+        psg.marginal_spectral_gp("y", {"f": (features["f"], kernel)}, xs, ys, NOISE)
+
+    chosen = psg.choose_features(model, X, y, refine=2, starts=1)
+    f, tol = chosen["f"], chosen.info["needed"]["f"]["tolerance"]
+    t, P = _quadrature(3, 40, 280)
+    raw = P @ np.asarray(psg.ArcCosine(1).kappa(jnp.asarray(t)))
+    unresolved = 1.0 - np.cumsum([num_harmonics(3, n) * raw[n] for n in range(41)])
+    L = int(np.argmax(unresolved <= tol))
+    assert f.degrees == tuple(n for n in range(L + 1) if abs(raw[n]) > 1e-9 * raw[0]), (f.degrees, L, tol)
+    assert f.data_box is not None and f.vanishing is not None

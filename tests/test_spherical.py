@@ -526,3 +526,46 @@ def test_save_and_load_fit(tmp_path):
     assert back.feature.degrees == gp.feature.degrees and back.kernel.nu == 1.5
     a, b = gp.predict(X, params=res.params), back.predict(X, params=params)
     np.testing.assert_array_equal(np.asarray(a["f_mean"]), np.asarray(b["f_mean"]))
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_refined_arccos_features_built_with_the_kernel_skip_exactly_its_vanishing_degrees(order, L):
+    """Features of max_degree ≤ 3 built with kernel= know the kernel's vanishing degrees (no gap in their
+    degrees says so yet): refined once and twice, they hold exactly the degrees whose raw (unmasked)
+    Funk–Hecke quadrature is non-zero, up to at least twice the old highest degree, and Kuu is finite and
+    positive definite: 1/(σ² a_n) against those raw coefficients. Without kernel= the parity is still read
+    from the degrees (today's rule), so refining every degree and Kuu refusing the vanishing ones."""
+    d, kernel = 3, ArcCosine(order, 1.7)
+    t, P = _quadrature(d, 24, 2 * 24 + 200)
+    raw = P @ np.asarray(kernel.kappa(jnp.asarray(t)))  # not masked by vanishing_degree: independent of it
+    f = SphericalHarmonicFeatures(2, L, kernel=ArcCosine(order))
+    for _ in range(2):
+        old, f = f.max_degree, f.refined()
+        assert f.max_degree > old
+        kept = tuple(n for n in range(max(f.max_degree, 2 * old) + 1) if abs(raw[n]) > 1e-9 * raw[0])
+        assert f.degrees == kept, (f.degrees, kept)  # every non-vanishing degree to 2·old (or the next one)
+        kuu = np.asarray(psg.Kuu(f, kernel).to_dense())
+        assert np.all(np.isfinite(kuu)) and np.min(np.linalg.eigvalsh(kuu)) > 0
+        expected = 1 / (1.7 * np.repeat(raw[list(f.degrees)], [num_harmonics(d, n) for n in f.degrees]))
+        np.testing.assert_allclose(np.diag(kuu), expected, rtol=1e-9)
+    plain = SphericalHarmonicFeatures(2, L).refined()  # without kernel= (no gap yet): today's parity rule
+    if any(abs(raw[n]) <= 1e-9 * raw[0] for n in plain.degrees):  # a vanishing degree came back: Kuu names
+        with pytest.raises(ValueError, match="kernel=kernel"):  # the fix
+            psg.Kuu(plain, kernel)
+
+
+def test_save_and_load_fit_keeps_the_vanishing_rule_of_arccos_features(tmp_path):
+    """The features' vanishing-degree rule (a class and its static fields) survives save_fit/load_fit: the
+    loaded features refine as the saved ones do (skipping degree 3 of ArcCosine(1))."""
+    from ppl_sparsegp.fits import load_fit, save_fit
+    X, y = regression_data(20, 2)
+    gp = psg.SparseGP(SphericalHarmonicFeatures(2, 2, kernel=ArcCosine(1)), ArcCosine(1), Gaussian(0.01))
+    res = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.05), Trace_ELBO()).run(jax.random.PRNGKey(0), 2, X, y,
+                                                                             progress_bar=False)
+    save_fit(tmp_path / "fit.npz", gp, res.params)
+    back, _ = load_fit(tmp_path / "fit.npz")
+    assert back.feature.vanishing == gp.feature.vanishing == (ArcCosine, (1,))
+    assert back.feature.refined().degrees == gp.feature.refined().degrees == (0, 1, 2, 4)
+    with pytest.raises(ValueError, match="vanishing must be .*pass the kernel as kernel="):
+        SphericalHarmonicFeatures(2, 2, vanishing=(ArcCosine, ()))  # ArcCosine has one static field (order)

@@ -42,7 +42,10 @@ noise variance), features sized by the prior displace the posterior, and only th
      :math:`\ell_q` (arc-cosine kernels: at τ; they have no lengthscale in the rule).
 
    Features of a family without a rule (inducing points, random Fourier features, ...) or with a
-   sampled domain are kept as given, and ``info["kept"]`` names them with the reason.
+   sampled domain are kept as given, and ``info["kept"]`` names them with the reason. No GP gets more
+   than ``max_features`` (2 000): with little noise τ is tiny and a rule could ask for thousands of
+   features, each fit then paying an M' × M' Cholesky per gradient (O(M'³)); such a choice raises
+   :class:`~ppl_sparsegp.features.TooManyFeatures`, naming the GP, τ, the size wanted and the fixes.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §3 (the
@@ -62,7 +65,7 @@ from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
-from ..features.base import refined_features
+from ..features.base import TooManyFeatures, refined_features
 from ..parameters import is_concrete
 from .optimise import map_lbfgs
 
@@ -70,6 +73,9 @@ __all__ = ["choose_features", "ChosenFeatures"]
 
 #: the largest latent site (values per draw) the pilot treats as a hyperparameter
 _MAX_HYPER_SIZE = 16
+
+#: choose_features' default cap on the features of one GP (an M' x M' Cholesky per gradient: O(M'^3))
+MAX_FEATURES = 2000
 
 
 class ChosenFeatures(dict):
@@ -223,7 +229,7 @@ def _mode_record(model, args, kwargs, sites, values, log_joint, z):
 
 def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: float = 0.05,
                     noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), maxiter: int = 200,
-                    **kwargs) -> ChosenFeatures:
+                    max_features: int = MAX_FEATURES, **kwargs) -> ChosenFeatures:
     r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
     the data (module docstring): every GP's features, by its family's size rule, resolving what the data
     support at a tolerance set by the noise, their domain kept (VFF's box from the prior). Families with a
@@ -236,17 +242,26 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         ``features`` argument of the model).
     :param args: the model's positional arguments (the data).
     :param refine: refinements of every feature in the pilot (``refined()``: VFF doubles its highest
-        frequency, trigonometric features their band and M, Hermite features M).
+        frequency, trigonometric features their band and M, Hermite features M, spherical harmonic features
+        their highest degree; arc-cosine spherical features skip the kernel's vanishing degrees when built
+        with ``kernel=``, as ``from_data`` builds them, and otherwise need max_degree ≥ 4 or ``refine=0``).
     :param starts: L-BFGS starts, every site at one prior quantile in (0.1, 0.9).
     :param quantile: the lower quantile of each mode's Laplace lengthscale the features resolve.
     :param noise_fraction: c in the tolerance :math:`c\,\sigma_n^2/\sigma_f^2` (capped at 1 %).
     :param log_mass_gap: optima whose Laplace log mass is this much below the largest are dropped
         (default log 100: modes with under about 1 % of the best one's mass).
     :param maxiter: L-BFGS iterations per start.
+    :param max_features: the most features M' any one GP may get (default 2 000). With little noise τ is
+        tiny and a size rule can ask for a huge set; the fit that follows then needs an M' × M' Cholesky
+        per gradient, O(M'³) time and M'² memory (2 000 features: 32 MB in float64 and ~2.7 GFLOP per
+        factorisation), so a larger choice is refused rather than built silently.
     :param kwargs: the model's keyword arguments.
     :returns: a :class:`ChosenFeatures` ``{gp name: feature}`` with the pilot's record in ``.info``.
     :raises ValueError: for a model with latent functions or without ``marginal_spectral_gp``, bad options,
         or ``refine`` > 0 with features of a family that has no ``refined()`` (inducing points).
+    :raises TooManyFeatures: (a ``ValueError``) when a GP's size rule needs more than ``max_features``: it
+        names the GP, the tolerance, the size wanted and the fixes (a larger ``max_features`` if the
+        O(M'³) cost is affordable, a larger ``noise_fraction``, or another family).
     :raises FloatingPointError: where the log joint's Hessian at an optimum is not finite.
 
     The pilot runs in float64 (``jax.enable_x64``) whatever the user's setting: it is small, and what it
@@ -256,14 +271,17 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         raise ValueError(f"refine must be a non-negative integer, got {refine!r}")
     if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
         raise ValueError(f"starts must be a positive integer, got {starts!r}")
+    if isinstance(max_features, bool) or not isinstance(max_features, (int, np.integer)) or max_features < 1:
+        raise ValueError(f"max_features must be a positive integer, got {max_features!r}")
     if not 0 < quantile < 0.5 or not 0 < noise_fraction:
         raise ValueError(f"quantile must be in (0, 0.5) and noise_fraction positive, got {quantile!r}, "
                          f"{noise_fraction!r}")
     with jax.enable_x64(True):  # the pilot computes in float64 whatever the user's setting (see below)
-        return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter)
+        return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter,
+                       int(max_features))
 
 
-def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter):
+def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter, max_features):
     """choose_features' body, in float64: with little noise the marginal's capacitance is ill-conditioned
     and float32's Hessian at the optimum is not finite (measured: the own-model guide's series, N = 80,
     noise sd 0.1, 'Eigenvalues did not converge'); the pilot is small, and what it returns is static
@@ -288,7 +306,7 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
         best = max(mass for mass, _, _ in distinct)
         modes = [{**_mode_record(model, args, kwargs, sites, values, lj, z), "log_mass": mass}
                  for mass, lj, values in sorted(distinct, key=lambda o: -o[0]) if mass >= best - log_mass_gap]
-    features, needed, kept = _resize(model, args, kwargs, given, modes, noise_fraction)
+    features, needed, kept = _resize(model, args, kwargs, given, modes, noise_fraction, max_features)
     out = ChosenFeatures(features)
     out.info = {"modes": modes, "needed": needed, "kept": kept, "starts": starts, "refine": refine,
                 "hyperparameters": sorted(base_sites)}
@@ -305,10 +323,11 @@ def _check_refinable(given, refine):
                              "pass refine=0 to run the pilot on the features as given") from err
 
 
-def _resize(model, args, kwargs, given, modes, noise_fraction):
+def _resize(model, args, kwargs, given, modes, noise_fraction, max_features):
     """Step 3: each GP's features resized (:meth:`~ppl_sparsegp.features.InducingFeature.resized`) for its
     kernel with every lengthscale at the shortest lower quantile of the kept modes, at the smallest
-    tolerance of the modes; a family without a rule is kept as given and named in ``kept``."""
+    tolerance of the modes, at most ``max_features`` (:func:`_over_cap`); a family without a rule is kept
+    as given and named in ``kept``."""
     lowest = {}
     for mode in modes:
         for figures in mode["gps"].values():
@@ -322,7 +341,12 @@ def _resize(model, args, kwargs, given, modes, noise_fraction):
     for gp, (feature, X) in given.items():
         figures = [m["gps"][gp] for m in modes if gp in m["gps"]]
         tol = min(min(0.01, noise_fraction * f["noise_variance"] / f["variance"]) for f in figures)
-        new = feature.resized(np.asarray(X), kernels[gp], tol)
+        try:
+            new = feature.resized(np.asarray(X), kernels[gp], tol, max_features)
+        except TooManyFeatures as err:
+            raise _over_cap(gp, feature, tol, figures, err.wanted, max_features, str(err)) from err
+        if new is not None and new.num_features > max_features:  # a family whose rule ignores the cap
+            raise _over_cap(gp, feature, tol, figures, new.num_features, max_features, "")
         out[gp] = feature if new is None else new
         if new is None:
             kept[gp] = (f"{type(feature).__name__} has no size rule for {type(kernels[gp]).__name__} (or its "
@@ -331,3 +355,16 @@ def _resize(model, args, kwargs, given, modes, noise_fraction):
             needed[gp] = {"lengthscale": min((f["lengthscale_q"] for f in figures), default=math.nan),
                           "tolerance": tol, "num_features": (feature.num_features, new.num_features)}
     return out, needed, kept
+
+
+def _over_cap(gp, feature, tol, figures, wanted, max_features, detail):
+    """The error for a GP whose size rule wants more than ``max_features``: the GP, the tolerance, the
+    size wanted and the fixes."""
+    ell = min((f["lengthscale_q"] for f in figures), default=math.nan)
+    size = f"M' = {wanted}" if wanted is not None else f"more than {max_features}"
+    return TooManyFeatures(
+        f"choose_features: the GP {gp!r} ({type(feature).__name__}) wants {size} features at tolerance "
+        f"{tol:.3g} (noise_fraction · σ_n²/σ_f², lengthscale quantile {ell:.3g}), above max_features = "
+        f"{max_features}" + (f" ({detail})" if detail else "") + ". Fixes: raise max_features if an M' × M' "
+        "Cholesky per gradient (O(M'³)) is affordable, pass a larger noise_fraction (τ grows with it, up to "
+        "1 %), or give this GP another family (e.g. InducingPoints, kept as given)", wanted, max_features)

@@ -3,7 +3,7 @@
 file must be imported here, or its registrations never run."""
 # import-time registrations: VFF's one-pass sufficient_statistics; the float32-on-GPU check of every Kuu
 from . import fourier_statistics, precision  # noqa: F401
-from .base import InducingFeature, OutsideDomainWarning
+from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
 from .harmonic import HarmonicFeatures
@@ -14,7 +14,7 @@ from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
 from .spherical import SphericalHarmonicFeatures
 from .trigonometric import TrigonometricFeatures
 
-__all__ = ["InducingFeature", "OutsideDomainWarning", "InducingPoints", "FourierFeatures", "AdditiveFeatures",
-           "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures", "HarmonicFeatures",
-           "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
+__all__ = ["InducingFeature", "OutsideDomainWarning", "TooManyFeatures", "InducingPoints", "FourierFeatures",
+           "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures",
+           "HarmonicFeatures", "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
            "IntegralTransformFeatures"]

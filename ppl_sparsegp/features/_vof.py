@@ -12,6 +12,7 @@ from numpyro.distributions import Distribution
 from ..covariances import Kuf
 from ..kernels import check_inputs
 from ..parameters import Param, check_finite, check_positive, is_concrete
+from .base import TooManyFeatures
 from .fourier import lengthscale_range
 
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -77,14 +78,16 @@ def fewest_resolving(build, kernel, x, M, tolerance, max_features, refusal):
     """The fewest features of a ``from_data`` size rule: the residual 1 − Σ_{m<M'} K_uf[m](x)²/v (kernel
     of variance 1) at 257 quantiles of x (the extremes included) only decreases with M', and the first M'
     functions of ``build(M)`` do not depend on M, so one evaluation at an upper bound (doubled from M up
-    to ``max_features``) gives every M'. ``refusal(worst)`` is the error message when ``max_features``
-    functions still leave ``worst`` unresolved."""
+    to ``max_features``) gives every M'. ``refusal(worst)`` is the message of the
+    :class:`~ppl_sparsegp.features.TooManyFeatures` raised when ``max_features`` functions still leave
+    ``worst`` unresolved."""
+    M = min(M, max_features)
     points = np.quantile(x, np.linspace(0.0, 1.0, 257))[:, None]
     while True:
         worst = np.max(1.0 - np.cumsum(np.asarray(Kuf(build(M), kernel, points)) ** 2, axis=0), axis=1)
         if worst[-1] <= tolerance:
             return int(np.argmax(worst <= tolerance)) + 1  # worst[j]: after j + 1 functions
         if M >= max_features:
-            raise ValueError(refusal(worst[-1]))
+            raise TooManyFeatures(refusal(worst[-1]), None, max_features)
         M = min(2 * M, max_features)
 

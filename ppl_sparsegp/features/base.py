@@ -13,12 +13,35 @@ import jax
 from ..parameters import Module, is_concrete
 from .precision import Float32Warning  # noqa: F401  (re-exported: public here before)
 
-__all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "refined_features"]
+__all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "TooManyFeatures", "refined_features"]
 
 
 class OutsideDomainWarning(UserWarning):
     """Predictions asked for where the features resolve nothing (e.g. outside VFF's box): there the
     projected process reverts to the prior, which the exact GP does not."""
+
+
+class TooManyFeatures(ValueError):
+    """A size rule (:meth:`InducingFeature.resized`, :func:`~ppl_sparsegp.choose_features`) needs more features
+    than ``max_features`` allows. ``wanted`` is the size the rule asked for (None where it stopped searching
+    at the cap: more than ``max_features``), ``max_features`` the cap.
+
+    :param message: what was asked, what the rule needs and the fix.
+    :param wanted: the number of features the rule wants, or None (more than ``max_features``).
+    :param max_features: the cap.
+    """
+
+    def __init__(self, message: str, wanted: int | None = None, max_features: int | None = None):
+        super().__init__(message)
+        self.wanted, self.max_features = wanted, max_features
+
+
+def check_feature_cap(wanted: int, max_features, what: str):
+    """Raise :class:`TooManyFeatures` when ``wanted`` features exceed ``max_features`` (None: no cap),
+    naming ``what`` (the rule and its inputs) and the O(M'³) cost."""
+    if max_features is not None and wanted > max_features:
+        raise TooManyFeatures(f"{what} needs M' = {wanted} features, more than max_features = {max_features} "
+                              f"(an M' x M' Cholesky per gradient: O(M'^3))", wanted, max_features)
 
 
 CONSTANT_KUF_MAX = 2**25  # entries of Kuf (256 MiB in float64) up to which it may be a constant of a program
@@ -86,7 +109,7 @@ class InducingFeature(Module):
         raise NotImplementedError(f"{type(self).__name__} has no refinement rule (refined()): the refinement "
                                   "check is available for FourierFeatures and their additive/Kronecker combinations")
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """The features of this family, keeping their domain (VFF's box, a centre, an input scale), that
         leave at most ``tolerance`` of ``kernel``'s prior variance unresolved at the inputs X: the size rule
         of the family's ``from_data`` applied to a concrete kernel (the one
@@ -96,7 +119,11 @@ class InducingFeature(Module):
         :param X: the training inputs, (N, D) (concrete).
         :param kernel: a concrete kernel (its lengthscales those to resolve).
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
+        :param max_features: the largest M' the rule may return (None: only the family's own limit); the
+            search stops there (a tiny tolerance cannot make it build a huge feature set).
         :returns: an :class:`InducingFeature` of the same family, or None.
+        :raises TooManyFeatures: (a ``ValueError``) when the rule needs more than ``max_features``, naming
+            the size it wants where the rule knows it.
         """
         return None
 

@@ -30,7 +30,7 @@ from ..covariances import Kuf, Kuu
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
-from .base import InducingFeature, constant_kuf
+from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
@@ -53,16 +53,28 @@ class _PerDimension(InducingFeature):
         """Every dimension's feature refined (:meth:`FourierFeatures.refined`)."""
         return type(self)([f.refined() for f in self.features])
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """Every dimension's feature resized for its kernel (``kernel.kernels[d]``, input column d) at the
         per-dimension tolerance of :meth:`from_data` (``dimension_tolerance``); None unless every dimension
-        has a rule (:meth:`~ppl_sparsegp.features.InducingFeature.resized`)."""
+        has a rule (:meth:`~ppl_sparsegp.features.InducingFeature.resized`). Each dimension's search stops
+        at ``max_features``, and the combination (the sum or the product of the sizes) must fit it too."""
         kernels = getattr(kernel, "kernels", None)
         if kernels is None or len(kernels) != len(self.features):
             return None
         X, t = np.asarray(X, dtype=float), self.dimension_tolerance(tolerance, len(self.features))
-        out = [f.resized(X[:, d:d + 1], k, t) for d, (f, k) in enumerate(zip(self.features, kernels))]
-        return None if any(f is None for f in out) else type(self)(out)
+        out = []
+        for d, (f, k) in enumerate(zip(self.features, kernels)):
+            try:
+                out.append(f.resized(X[:, d:d + 1], k, t, max_features))
+            except TooManyFeatures as err:
+                raise TooManyFeatures(f"{type(self).__name__}, input column {d}: {err}", err.wanted,
+                                      max_features) from err
+        if any(f is None for f in out):
+            return None
+        new = type(self)(out)
+        check_feature_cap(new.num_features, max_features, f"{type(self).__name__} of sizes "
+                          f"{[f.num_features for f in out]} at tolerance {tolerance:.3g}")
+        return new
 
     def check_inputs(self, X, name="X"):
         X = check_inputs(X, name, len(self.features))

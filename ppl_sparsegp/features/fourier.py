@@ -82,7 +82,7 @@ from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import is_concrete
-from .base import InducingFeature, OutsideDomainWarning, constant_kuf
+from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, check_feature_cap, constant_kuf
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
            "lengthscale_range"]
@@ -183,19 +183,23 @@ class FourierFeatures(InducingFeature):
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """The same box with the fewest frequencies resolving ``kernel``
         (:meth:`~ppl_sparsegp.features.InducingFeature.resized`): for a Matérn kernel
         :func:`frequencies_needed` at its (shortest) lengthscale, :meth:`from_data`'s rule; for the
-        periodic kernel on one period :func:`harmonics_needed`. None for other kernels."""
+        periodic kernel on one period :func:`harmonics_needed`. None for other kernels. M frequencies are
+        2M − 1 features, at most ``max_features``."""
         if isinstance(kernel, Periodic):
-            return FourierFeatures(self.a, self.b, harmonics_needed(kernel, tolerance))
+            cap = MAX_FREQUENCIES if max_features is None else min(MAX_FREQUENCIES, (max_features + 1) // 2)
+            return FourierFeatures(self.a, self.b, harmonics_needed(kernel, tolerance, max_harmonics=max(cap, 1)))
         nu = getattr(kernel, "nu", None)
         if nu not in (0.5, 1.5, 2.5):
             return None
         ell = float(np.min(np.asarray(kernel.lengthscale)))
-        M = _capped(frequencies_needed(self.a, self.b, ell, nu, tolerance), self.a, self.b, ell, tolerance)
-        return FourierFeatures(self.a, self.b, M)
+        M = frequencies_needed(self.a, self.b, ell, nu, tolerance)
+        check_feature_cap(2 * M - 1, max_features, f"FourierFeatures on [{self.a:.4g}, {self.b:.4g}] at lengthscale "
+                                                   f"{ell:.3g} (Matérn-{nu}) and tolerance {tolerance:.3g}")
+        return FourierFeatures(self.a, self.b, _capped(M, self.a, self.b, ell, tolerance))
 
     def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
         """The fix from the posterior's lengthscales
@@ -344,7 +348,7 @@ def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolera
 MAX_FREQUENCIES = 20_000
 
 
-def harmonics_needed(kernel, tolerance: float) -> int:
+def harmonics_needed(kernel, tolerance: float, max_harmonics: int = MAX_FREQUENCIES) -> int:
     r"""The size rule of the periodic kernel on one period: the fewest M whose truncated series leaves at
     most ``tolerance`` of σ² unresolved, :math:`1 - \sum_{j<M} q_j/\sigma^2 \le` tolerance (the same at
     every input: :math:`Q_{ff}(x, x) = \sum_{j<M} q_j`; ``Periodic.fourier_coefficients``). A shorter
@@ -352,23 +356,25 @@ def harmonics_needed(kernel, tolerance: float) -> int:
 
     :param kernel: a concrete :class:`~ppl_sparsegp.kernels.Periodic` kernel.
     :param tolerance: the unresolved fraction, in (0, 1).
-    :raises ValueError: for a tolerance outside (0, 1), or one that needs more than
-        ``MAX_FREQUENCIES`` (20 000) harmonics.
+    :param max_harmonics: the most harmonics the search tries (default and at most ``MAX_FREQUENCIES``).
+    :raises ValueError: for a tolerance outside (0, 1); :class:`~ppl_sparsegp.features.TooManyFeatures` (a
+        ``ValueError``) for one that needs more than ``max_harmonics`` harmonics.
     """
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
-    M = 8
+    M = min(8, max_harmonics)
     while True:
         with jax.ensure_compile_time_eval():
             q = np.asarray(kernel.fourier_coefficients(M), dtype=float) / float(np.asarray(kernel.variance))
         ok = np.nonzero(1.0 - np.cumsum(q) <= tolerance)[0]
         if ok.size:
             return int(ok[0]) + 1
-        if M >= MAX_FREQUENCIES:
-            raise ValueError(f"harmonics_needed: {MAX_FREQUENCIES} harmonics leave {1.0 - np.sum(q):.3g} of the "
-                             f"periodic kernel's variance unresolved (lengthscale {float(kernel.lengthscale):.3g}, "
-                             f"tolerance {tolerance:g}); raise the tolerance")
-        M = min(2 * M, MAX_FREQUENCIES)
+        if M >= max_harmonics:
+            raise TooManyFeatures(f"harmonics_needed: {M} harmonics ({2 * M - 1} features) leave {1.0 - np.sum(q):.3g} "
+                                  f"of the periodic kernel's variance unresolved (lengthscale "
+                                  f"{float(kernel.lengthscale):.3g}, tolerance {tolerance:g}); raise the tolerance",
+                                  None, 2 * M - 1)
+        M = min(2 * M, max_harmonics)
 
 
 def _capped(M: int, a: float, b: float, lengthscale: float, tolerance: float) -> int:

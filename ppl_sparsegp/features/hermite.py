@@ -126,17 +126,19 @@ class HermiteFeatures(InducingFeature):
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
             return type(self)(2 * self.M, self.input_scale, self.centre)
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """:meth:`from_data`'s M at ``kernel``'s lengthscale, keeping the input scale and centre
-        (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a kernel other than the squared
-        exponential or an input scale or centre that is sampled."""
+        (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at ``max_features``, at
+        most 4096); None for a kernel other than the squared exponential or an input scale or centre that
+        is sampled."""
         fields = (self.input_scale, self.centre)
         if (not isinstance(kernel, SquaredExponential) or jnp.size(kernel.lengthscale) != 1
                 or not all(is_concrete(v) for v in fields)):
             return None
         x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
         lo = float(jnp.reshape(kernel.lengthscale, ()))
-        return type(self)._sized(x, lo, float(self.input_scale), float(self.centre), tolerance, 4096)
+        cap = 4096 if max_features is None else min(4096, int(max_features))
+        return type(self)._sized(x, lo, float(self.input_scale), float(self.centre), tolerance, cap)
 
     @classmethod
     def _sized(cls, x, lo, scale, centre, tolerance, max_features):

@@ -111,7 +111,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
 from ..linalg import Diagonal
 from ..parameters import Param, is_concrete
-from .base import InducingFeature, OutsideDomainWarning, constant_kuf
+from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, constant_kuf
 from .spherical_harmonics import (
     MAX_HARMONICS_PER_DEGREE,
     check_degree,
@@ -143,6 +143,26 @@ def _shape_probe(kernel, quantile):
     return kernel
 
 
+def _vanishing_rule(kernel):
+    """A hashable stand-in for ``kernel.vanishing_degree`` (a static field of the features): (the kernel's
+    class, its static fields), on which the rule depends alone (it holds for every value of the
+    hyperparameters: ArcCosine's ``order``); None for a kernel without vanishing degrees (Zonal's rule)."""
+    if type(kernel).vanishing_degree is Zonal.vanishing_degree:
+        return None
+    return type(kernel), tuple(getattr(kernel, n) for n in type(kernel)._static)
+
+
+def _vanishing_probe(rule):
+    """A kernel of the rule's class and static fields (no hyperparameters) whose ``vanishing_degree`` is the
+    rule's."""
+    cls, static = rule if isinstance(rule, tuple) and len(rule) == 2 else (None, None)
+    if not (isinstance(cls, type) and issubclass(cls, Zonal) and isinstance(static, tuple)
+            and len(static) == len(cls._static)):
+        raise ValueError(f"vanishing must be (a Zonal kernel class, its static fields), got {rule!r}: pass the "
+                         "kernel as kernel= instead")
+    return cls._tree_unflatten(static, (None,) * len(cls._params))
+
+
 class SphericalHarmonicFeatures(InducingFeature):
     r"""Spherical harmonic features of degrees 0…``max_degree`` on :math:`S^{d-1}`, d = input_dim + 1
     (module docstring), for :class:`~ppl_sparsegp.kernels.Zonal` kernels
@@ -151,12 +171,15 @@ class SphericalHarmonicFeatures(InducingFeature):
     :param input_dim: D ≥ 2, the number of input columns.
     :param max_degree: L ≥ 0, the highest degree kept.
     :param kernel: optional kernel (or kernel template): its structurally vanishing degrees (the
-        arc-cosine kernels' odd or even degrees) are dropped. Without it every degree 0…L is kept, and
-        Kuu refuses a kernel with a vanishing degree among them.
+        arc-cosine kernels' odd or even degrees) are dropped, and :meth:`refined` skips them (the rule is
+        kept in ``vanishing``). Without it every degree 0…L is kept, and Kuu refuses a kernel with a
+        vanishing degree among them.
     :param degrees: optional explicit tuple of degrees (overrides ``max_degree``'s range; each ≤ the
         supported limit).
     :param data_box: optional ((min per column), (max per column)) of the training inputs, for
         :meth:`warn_outside` (set by :meth:`from_data`).
+    :param vanishing: the kernel's vanishing-degree rule, (kernel class, its static fields), which
+        :meth:`refined` uses to skip the vanishing degrees; set from ``kernel`` (give ``kernel`` instead).
     :raises ValueError: input_dim < 2, a negative or too large degree (naming the largest supported one).
 
     ``num_features`` = Σ N(d, n) over the kept degrees; e.g. input_dim = 8, L = 4: 1 + 9 + 44 + 156 + 450 = 660.
@@ -164,7 +187,7 @@ class SphericalHarmonicFeatures(InducingFeature):
 
     kuf_kernel_fields = ("lengthscale", "bias")  # the input mapping x -> [x / s, b] / r
 
-    _static = ("input_dim", "degrees", "data_box")
+    _static = ("input_dim", "degrees", "data_box", "vanishing")
 
     @classmethod
     def from_data(cls, X, kernel: Zonal, *, tolerance: float = 0.01, max_features: int | None = None,
@@ -181,8 +204,9 @@ class SphericalHarmonicFeatures(InducingFeature):
             more degrees); the other hyperparameters do not enter the rule.
         :param tolerance: in (0, 1).
         :param max_features: optional cap on M: raise if the rule needs more.
-        :raises ValueError: for a bad tolerance, or when the rule needs more degrees than are supported
-            or more than ``max_features`` (naming what the largest allowed degree resolves).
+        :raises ValueError: for a bad tolerance, or when the rule needs more degrees than are supported;
+            :class:`~ppl_sparsegp.features.TooManyFeatures` (a ``ValueError``) when it needs more than
+            ``max_features`` (naming the size it wants and what the largest allowed degree resolves).
         """
         X = check_inputs(np.asarray(X, dtype=float), "X")
         if not 0 < tolerance < 1:
@@ -208,56 +232,74 @@ class SphericalHarmonicFeatures(InducingFeature):
         sizes = np.cumsum(counts * keep)
         ok = np.nonzero(unresolved <= tolerance)[0]
         if ok.size == 0:
-            raise ValueError(f"tolerance {tolerance!r} needs more than the supported degree {top} for input_dim = {D}"
-                             f" (which leaves {unresolved[-1]:.3g} of κ(1) unresolved): raise the tolerance")
+            error = ValueError if max_features is None or sizes[-1] <= max_features else TooManyFeatures
+            raise error(f"tolerance {tolerance!r} needs more than the supported degree {top} for input_dim = {D} "
+                        f"({int(sizes[-1])} features leave {unresolved[-1]:.3g} of κ(1) unresolved): raise the "
+                        "tolerance")
         L = int(ok[0])
         if max_features is not None and sizes[L] > max_features:
             fit = np.nonzero(sizes <= max_features)[0]
             best = int(fit[-1]) if fit.size else None
-            raise ValueError(f"tolerance {tolerance!r} needs max_degree = {L} with {int(sizes[L])} features, more "
-                             f"than max_features = {max_features}; "
-                             + (f"max_degree = {best} ({int(sizes[best])} features) leaves {unresolved[best]:.3g}"
-                                " unresolved: raise the tolerance or max_features" if best is not None else
-                                "raise max_features"))
+            raise TooManyFeatures(
+                f"tolerance {tolerance!r} needs max_degree = {L} with M' = {int(sizes[L])} features, more than "
+                f"max_features = {max_features}; " + (f"max_degree = {best} ({int(sizes[best])} features) leaves "
+                                                      f"{unresolved[best]:.3g} unresolved: raise the tolerance or "
+                                                      "max_features" if best is not None else "raise max_features"),
+                int(sizes[L]), max_features)
         box = (tuple(float(v) for v in X.min(0)), tuple(float(v) for v in X.max(0)))
         return cls(D, L, kernel=kernel, data_box=box)
 
     def refined(self) -> "SphericalHarmonicFeatures":
         """Degrees up to twice the highest (a chordal lengthscale about half as long: the coefficients'
-        tail scales with the degree times ℓ), skipping the parity the kept degrees skip above 2 (an
-        arc-cosine kernel's vanishing degrees), within the supported degree. The parity is read from the
-        degrees, so arc-cosine features of max_degree ≤ 3 (no gap yet) refine to every degree and Kuu
-        refuses the vanishing ones: build them with a higher max_degree, or run the pilot with refine=0."""
+        tail scales with the degree times ℓ), within the supported degree, skipping the kernel's vanishing
+        degrees (an arc-cosine kernel's odd or even degrees). Features built with ``kernel=`` (as
+        :meth:`from_data` and :meth:`resized` build them) know which degrees vanish
+        (``kernel.vanishing_degree``) and skip exactly those, whatever the max_degree (where every degree up
+        to twice the highest vanishes, the next one that does not is added). Without it the
+        parity is read from the kept degrees (the parity they skip above 2), so arc-cosine features of
+        max_degree ≤ 3 built without ``kernel=`` (no gap yet) refine to every degree and Kuu refuses the
+        vanishing ones: build them with ``kernel=``."""
         L, top = self.max_degree, max(2 * self.max_degree, 1)
         while top > L and num_harmonics(self.d, top) > MAX_HARMONICS_PER_DEGREE:
             top -= 1
-        gone = {n % 2 for n in range(3, L + 1) if n not in self.degrees}
-        extra = [n for n in range(L + 1, top + 1) if n < 3 or n % 2 not in gone]
-        return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box)
+        if self.vanishing is not None:
+            probe = _vanishing_probe(self.vanishing)
+            extra = [n for n in range(L + 1, top + 1) if not probe.vanishing_degree(n, self.d)]
+            n = top + 1
+            while not extra and num_harmonics(self.d, n) <= MAX_HARMONICS_PER_DEGREE:  # every new degree
+                extra = [n] if not probe.vanishing_degree(n, self.d) else []  # vanishes (order 0 at L = 1):
+                n += 1  # the next degree that does not
+        else:
+            gone = {n % 2 for n in range(3, L + 1) if n not in self.degrees}
+            extra = [n for n in range(L + 1, top + 1) if n < 3 or n % 2 not in gone]
+        return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box,
+                          vanishing=self.vanishing)
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """:meth:`from_data`'s degree for the concrete zonal kernel (a ChordalMatern's chordal lengthscale as
-        given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a
-        kernel that is not zonal."""
+        given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; at most
+        ``max_features`` features); None for a kernel that is not zonal."""
         if not isinstance(kernel, Zonal):
             return None
-        out = type(self).from_data(X, kernel, tolerance=tolerance)
+        out = type(self).from_data(X, kernel, tolerance=tolerance, max_features=max_features)
         return type(self)(self.input_dim, out.max_degree, kernel=kernel, data_box=self.data_box or out.data_box)
 
     def __init__(self, input_dim: int, max_degree: int, *, kernel: Zonal | None = None, degrees=None,
-                 data_box=None):
+                 data_box=None, vanishing=None):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 2:
             raise ValueError(f"input_dim must be an integer >= 2 (the sphere S^D lives in D + 1 >= 3 dimensions), got "
                              f"{input_dim!r}; for one input use FourierFeatures")
         if isinstance(max_degree, bool) or not isinstance(max_degree, (int, np.integer)) or max_degree < 0:
             raise ValueError(f"max_degree must be a non-negative integer, got {max_degree!r}")
         d = int(input_dim) + 1
+        if kernel is not None:
+            if not isinstance(kernel, Zonal):
+                raise ValueError(f"kernel must be a Zonal kernel (ArcCosine, ChordalMatern), got "
+                                 f"{type(kernel).__name__}")
+            vanishing = _vanishing_rule(kernel)
         if degrees is None:
             degrees = range(int(max_degree) + 1)
             if kernel is not None:
-                if not isinstance(kernel, Zonal):
-                    raise ValueError(f"kernel must be a Zonal kernel (ArcCosine, ChordalMatern), got "
-                                     f"{type(kernel).__name__}")
                 degrees = [n for n in degrees if not kernel.vanishing_degree(n, d)]
         degrees = tuple(sorted({int(n) for n in degrees}))
         if not degrees or degrees[0] < 0:
@@ -268,7 +310,9 @@ class SphericalHarmonicFeatures(InducingFeature):
             if len(lo) != input_dim or len(hi) != input_dim:
                 raise ValueError(f"data_box must hold input_dim = {input_dim} minima and maxima")
             data_box = (lo, hi)
-        self._set(input_dim=int(input_dim), degrees=degrees, data_box=data_box)
+        if vanishing is not None:
+            _vanishing_probe(vanishing)  # refuses anything but a rule of _vanishing_rule's form
+        self._set(input_dim=int(input_dim), degrees=degrees, data_box=data_box, vanishing=vanishing)
 
     @property
     def d(self) -> int:

@@ -198,16 +198,18 @@ class TrigonometricFeatures(InducingFeature):
                               num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
                               centre=self.centre)
 
-    def resized(self, X, kernel, tolerance: float):
+    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
         """:meth:`from_data`'s rule at ``kernel``'s lengthscale (band and M), keeping the centre, basis and
-        estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`); None for a kernel that is not
-        stationary or a band or centre that is sampled."""
+        estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at
+        ``max_features``, at most 2048); None for a kernel that is not stationary or a band or centre that
+        is sampled."""
         if (not isinstance(kernel, Stationary) or jnp.size(kernel.lengthscale) != 1
                 or not all(is_concrete(v) for v in (self.band, self.centre))):
             return None
         x, _ = rule_inputs(type(self), X, 1.0, tolerance, 0.05)
         k = type(kernel)(1.0, float(jnp.reshape(kernel.lengthscale, ())))
-        return type(self)._sized(x, k, tolerance, self.basis, float(self.centre), 2048,
+        cap = 2048 if max_features is None else min(2048, int(max_features))
+        return type(self)._sized(x, k, tolerance, self.basis, float(self.centre), cap,
                                  {"estimator": self.estimator, "num_samples": self.num_samples})
 
     @classmethod
