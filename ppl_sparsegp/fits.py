@@ -28,8 +28,9 @@ bit for bit (same float dtype; in a float32 process a float64 fit is rounded, wi
 
 Loading instantiates only classes of ``ppl_sparsegp`` and ``numpyro.distributions`` (a
 :class:`FitFileError` otherwise), and refuses, naming the problem, a file of a newer format version,
-one with a missing key, a class that no longer exists, a module whose fields changed, or params that do
-not match the approximation's guide. :func:`save_fit` checks before writing that the description
+one with a missing key, a class that no longer exists, a module whose fields changed (a static field
+added since, listed in the class's ``_static_defaults``, takes its default: e.g. a spherical
+feature's ``vanishing``), or params that do not match the approximation's guide. :func:`save_fit` checks before writing that the description
 rebuilds the same approximation (every attribute equal), so a fit that saves also loads.
 
 Example::
@@ -315,7 +316,9 @@ class _Decoder:
             if not isinstance(fields, dict):
                 self.fail(where, "a module without 'fields'")
             expected = list(cls._params) + list(cls._static)
-            missing, unknown = [n for n in expected if n not in fields], [n for n in fields if n not in expected]
+            defaults = {n: v for n, v in cls._static_defaults.items() if n not in fields}  # fields added since
+            missing = [n for n in expected if n not in fields and n not in defaults]
+            unknown = [n for n in fields if n not in expected]
             if missing or unknown:
                 self.fail(where, f"{cls.__name__} now has the fields {expected}; the file "
                                  + (f"lacks {missing}" if missing else "")
@@ -323,7 +326,7 @@ class _Decoder:
                                  + (f"has unknown {unknown}" if unknown else "")
                                  + f" (written by {self.written_by}): load it with that version")
             children = tuple(self(fields[n], f"{where}.{n}") for n in cls._params)
-            aux = tuple(self(fields[n], f"{where}.{n}") for n in cls._static)
+            aux = tuple(defaults[n] if n in defaults else self(fields[n], f"{where}.{n}") for n in cls._static)
             return cls._tree_unflatten(aux, children)
         if "__object__" in node:
             cls = self.resolve(node["__object__"], where, (object,))

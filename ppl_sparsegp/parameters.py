@@ -187,6 +187,9 @@ class Module:
     _params: tuple = ()
     _static: tuple = ()
     _positive: tuple = ()
+    #: ``{static field: value}`` for static fields added after a release, so that a fit file written
+    #: before them still loads (:func:`~ppl_sparsegp.fits.load_fit` fills them in)
+    _static_defaults: dict = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -188,6 +188,7 @@ class SphericalHarmonicFeatures(InducingFeature):
     kuf_kernel_fields = ("lengthscale", "bias")  # the input mapping x -> [x / s, b] / r
 
     _static = ("input_dim", "degrees", "data_box", "vanishing")
+    _static_defaults = {"vanishing": None}  # fits saved before it: no rule, the degrees as saved
 
     @classmethod
     def from_data(cls, X, kernel: Zonal, *, tolerance: float = 0.01, max_features: int | None = None,
