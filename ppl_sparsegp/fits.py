@@ -30,8 +30,9 @@ Loading instantiates only classes of ``ppl_sparsegp`` and ``numpyro.distribution
 :class:`FitFileError` otherwise), and refuses, naming the problem, a file of a newer format version,
 one with a missing key, a class that no longer exists, a module whose fields changed (a static field
 added since, listed in the class's ``_static_defaults``, takes its default: e.g. a spherical
-feature's ``vanishing``), or params that do not match the approximation's guide. :func:`save_fit` checks before writing that the description
-rebuilds the same approximation (every attribute equal), so a fit that saves also loads.
+feature's ``vanishing``), or params that do not match the approximation's guide. :func:`save_fit`
+checks before writing that the description rebuilds the same approximation (every attribute equal), so
+a fit that saves also loads.
 
 Example::
 
