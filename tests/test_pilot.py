@@ -84,3 +84,17 @@ def test_laplace_log_mass_is_the_evidence_of_a_posterior_gaussian_in_the_unconst
     mass = _laplace_log_mass(toy, (y, y2), {}, sites, {"theta": np.exp(u_hat), "b": b_hat})
     evidence = (dist.Normal(0.3, np.sqrt(0.49 + 0.25)).log_prob(y) + dist.Normal(0.0, np.sqrt(1.09)).log_prob(y2))
     np.testing.assert_allclose(mass, float(evidence), rtol=0, atol=1e-10)
+
+
+def test_pilot_refuses_refined_features_over_the_cap_before_fitting():
+    """The pilot fits the features refined ``refine`` times (VFF: M → 2M − 1 frequencies each time); where
+    that exceeds ``max_features`` it refuses before any L-BFGS run, naming the size and the fixes, and one
+    refinement less runs (the error's own advice)."""
+    pilot = START["f"].refined().refined()
+    with pytest.raises(psg.features.TooManyFeatures, match=f"would fit M' = {pilot.num_features} features .* "
+                                                           "pass refine=1"):
+        psg.choose_features(model, XS, YS, max_features=pilot.num_features - 1, starts=1)
+    once = START["f"].refined()
+    assert once.num_features < pilot.num_features  # the advice's refine=1 is under the cap
+    chosen = psg.choose_features(model, XS, YS, refine=1, starts=1, max_features=pilot.num_features - 1)
+    assert chosen.info["refine"] == 1

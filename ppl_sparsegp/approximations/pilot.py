@@ -261,7 +261,8 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         or ``refine`` > 0 with features of a family that has no ``refined()`` (inducing points).
     :raises TooManyFeatures: (a ``ValueError``) when a GP's size rule needs more than ``max_features``: it
         names the GP, the tolerance, the size wanted and the fixes (a larger ``max_features`` if the
-        O(M'³) cost is affordable, a larger ``noise_fraction``, or another family).
+        O(M'³) cost is affordable, a larger ``noise_fraction``, or another family); and, before any
+        fit, when a GP's features refined ``refine`` times (the pilot's) exceed it.
     :raises FloatingPointError: where the log joint's Hessian at an optimum is not finite.
 
     The pilot runs in float64 (``jax.enable_x64``) whatever the user's setting: it is small, and what it
@@ -289,7 +290,7 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     base_sites, gps = _sites(_trace(model, args, kwargs))
     given = {gp: (feature, site["infer"].get("ppl_sparsegp_inputs")) for site in gps
              for gp, feature, _ in site["infer"]["ppl_sparsegp_gps"]}
-    _check_refinable(given, refine)
+    _check_refinable(given, refine, max_features)
     z = -float(jax.scipy.stats.norm.ppf(quantile))
     with refined_features(refine) if refine else contextlib.nullcontext():
         sites = _sites(_trace(model, args, kwargs))[0]
@@ -313,14 +314,24 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     return out
 
 
-def _check_refinable(given, refine):
-    """Refuse, naming the fix, features the pilot cannot refine (a family without ``refined()``)."""
+def _check_refinable(given, refine, max_features):
+    """Refuse, naming the fix, features the pilot cannot refine (a family without ``refined()``), and a
+    pilot whose refined features exceed ``max_features`` (each of its evaluations factorises an M' × M'
+    matrix: the cap bounds the pilot's cost as it bounds the fit's)."""
     for gp, (feature, _) in given.items() if refine else ():
+        pilot = feature
         try:
-            feature.refined()
+            for _ in range(refine):
+                pilot = pilot.refined()
         except NotImplementedError as err:
             raise ValueError(f"choose_features: the features of {gp!r} cannot be refined for the pilot ({err}); "
                              "pass refine=0 to run the pilot on the features as given") from err
+        if pilot.num_features > max_features:
+            raise TooManyFeatures(
+                f"choose_features: the pilot of {gp!r} would fit M' = {pilot.num_features} features (its "
+                f"{feature.num_features} refined {refine} times), more than max_features = {max_features} (an "
+                f"M' x M' Cholesky per evaluation); pass refine={refine - 1} (or 0), start from fewer features, "
+                "or raise max_features", pilot.num_features, max_features)
 
 
 def _resize(model, args, kwargs, given, modes, noise_fraction, max_features):
