@@ -248,6 +248,31 @@ def test_incompatible_files_raise_clearly(saved, tmp_path, edit, message):
         fits.load_fit(rewrite(path, edit))
 
 
+def test_a_static_field_added_since_the_file_was_written_takes_its_default(tmp_path):
+    """A fit written before SphericalHarmonicFeatures had ``vanishing`` (its header without the field) loads
+    with the class's default (``_static_defaults``: None, the degrees as saved, refined() reading the parity
+    from them) and predicts bit for bit as the approximation it was saved from; a field the class gives no
+    default is still refused, naming it."""
+    gp = psg.SparseGP(psg.SphericalHarmonicFeatures(2, 4, kernel=psg.ArcCosine(1)), psg.ArcCosine(1),
+                      psg.Gaussian(0.01))
+    saved, params = tmp_path / "fit.npz", fitted_like_params(gp)
+    fits.save_fit(saved, gp, params)
+
+    def without(field):
+        path = tmp_path / f"without_{field}.npz"
+        path.write_bytes(saved.read_bytes())
+        return rewrite(path, lambda h: h["model"]["args"]["feature"]["fields"].pop(field))
+
+    back, loaded = fits.load_fit(without("vanishing"))
+    assert back.feature.vanishing is None and back.feature.degrees == gp.feature.degrees == (0, 1, 2, 4)
+    assert back.feature.refined().degrees == (0, 1, 2, 4, 6, 8)  # the parity read from the saved degrees
+    a, b = gp.predict(X2, params=params), back.predict(X2, params=loaded)
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(b[k]), np.asarray(a[k]))
+    with pytest.raises(fits.FitFileError, match=r"the file lacks \['degrees'\]"):
+        fits.load_fit(without("degrees"))
+
+
 def test_files_that_are_not_fits(tmp_path):
     with pytest.raises(FileNotFoundError, match="no fit file at"):
         fits.load_fit(tmp_path / "missing.npz")

@@ -570,38 +570,3 @@ def test_save_and_load_fit_keeps_the_vanishing_rule_of_arccos_features(tmp_path)
     with pytest.raises(ValueError, match="vanishing must be .*pass the kernel as kernel="):
         SphericalHarmonicFeatures(2, 2, vanishing=(ArcCosine, ()))  # ArcCosine has one static field (order)
 
-
-def test_a_fit_saved_before_the_vanishing_field_loads_with_its_degrees(tmp_path):
-    """A fit file written before SphericalHarmonicFeatures had ``vanishing`` (its header without the field)
-    still loads (the field's default, None: the degrees as saved, today's parity rule in refined()), and
-    predicts as the fit it was saved from; a field the class does not default is still refused."""
-    import json
-
-    from ppl_sparsegp import fits
-
-    X, y = regression_data(20, 2)
-    gp = psg.SparseGP(SphericalHarmonicFeatures(2, 4, kernel=ArcCosine(1)), ArcCosine(1), Gaussian(0.01))
-    res = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.05), Trace_ELBO()).run(jax.random.PRNGKey(0), 2, X, y,
-                                                                             progress_bar=False)
-    path = tmp_path / "fit.npz"
-    fits.save_fit(path, gp, res.params)
-
-    def drop(field):
-        with np.load(path) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-        header = json.loads(str(arrays.pop(fits.HEADER)[()]))
-        header["model"]["args"]["feature"]["fields"].pop(field)
-        old = tmp_path / f"without_{field}.npz"
-        with open(old, "wb") as f:
-            np.savez(f, **{fits.HEADER: np.array(json.dumps(header))}, **arrays)
-        return old
-
-    back, params = fits.load_fit(drop("vanishing"))
-    assert back.feature.vanishing is None and back.feature.degrees == gp.feature.degrees == (0, 1, 2, 4)
-    assert back.feature.refined().degrees == (0, 1, 2, 4, 6, 8)  # the parity read from the saved degrees
-    Xs = X[:5]
-    a, b = gp.predict(Xs, params=res.params), back.predict(Xs, params=params)
-    for k in a:
-        np.testing.assert_array_equal(np.asarray(b[k]), np.asarray(a[k]))
-    with pytest.raises(fits.FitFileError, match="the file lacks \\['degrees'\\]"):
-        fits.load_fit(drop("degrees"))
