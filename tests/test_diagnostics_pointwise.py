@@ -112,3 +112,69 @@ def test_from_mcmc_of_a_users_own_model_thins_its_log_likelihood_under_max_point
     assert "log_likelihood" not in off.groups()
     with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):
         diagnostics.from_mcmc(mcmc, model, max_pointwise=0)
+
+
+_FACTORISATIONS = {"cholesky", "triangular_solve", "lu", "eigh", "qr", "svd"}
+
+
+def _factorisation_ranks(jaxpr):
+    """The operand rank of every matrix factorisation or triangular solve in ``jaxpr`` and its sub-jaxprs."""
+    ranks = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in _FACTORISATIONS:
+            ranks.append((eqn.primitive.name, eqn.invars[0].aval.ndim))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    ranks += _factorisation_ranks(inner)
+    return ranks
+
+
+def test_per_draw_programs_factorise_one_matrix_at_a_time(monkeypatch):
+    """from_mcmc's leave-one-out terms of a marginal_spectral_gp site (every draw its own hyperparameters)
+    and from_svi's pointwise groups of MCMC-like draws compile no batched Cholesky or triangular solve:
+    jaxlib's CPU kernels split a batch over XLA's pool and block a pool thread on it, and two at once
+    wedged a 2-core machine for good (diagnostics.inference_data._map_draws). The program's jaxpr is read
+    where the library jits it; the values are checked by the tests of from_mcmc and from_svi."""
+    import jax.numpy as jnp
+    import numpyro
+    import numpyro.distributions as dist
+    from numpyro.infer import MCMC, NUTS
+
+    import ppl_sparsegp as psg
+    from ppl_sparsegp.diagnostics import inference_data
+
+    seen = []
+    real_jit = jax.jit
+
+    def recording_jit(fn, *args, **kwargs):
+        def traced(*a):
+            seen.append(_factorisation_ranks(jax.make_jaxpr(fn)(*a).jaxpr))
+            return fn(*a)
+        return real_jit(traced, *args, **kwargs)
+
+    monkeypatch.setattr(inference_data.jax, "jit", recording_jit)
+    t = np.linspace(0.0, 1.0, 30)
+    y = np.sin(6 * t)
+    feature = psg.FourierFeatures(-0.5, 1.5, 6)
+
+    def model(t, y=None):
+        kernel = psg.Matern32(1.0, numpyro.sample("ell", dist.LogNormal(np.log(0.3), 0.3)))
+        psg.marginal_spectral_gp("y", (feature, kernel), t, y, numpyro.sample("noise", dist.HalfNormal(0.5)))
+
+    mcmc = MCMC(NUTS(model), num_warmup=5, num_samples=6, progress_bar=False)
+    with monkeypatch.context() as m:
+        m.setattr(inference_data.jax, "jit", real_jit)
+        mcmc.run(jax.random.PRNGKey(0), t, y)
+    diagnostics.from_mcmc(mcmc, model)
+    X, yy = data()
+    gp = make_gp()
+    draws = {k: jnp.stack([jnp.asarray(v) * (1 + 0.1 * i) for i in range(4)]) for k, v in params_of(gp).items()}
+    draws = {"f_v": draws["f_v_loc"], "kernel_variance": draws["kernel_variance_map"],
+             "kernel_lengthscale": draws["kernel_lengthscale_map"], "likelihood_variance": draws["likelihood_variance_map"]}
+    inference_data._pointwise_groups(gp, X, yy, draws, np.arange(4), {}, jax.random.PRNGKey(1),
+                                     log_likelihood=True, predictive=True)
+    found = [r for program in seen for r in program]
+    assert any(name == "cholesky" for name, _ in found), found  # the programs were seen
+    assert all(rank == 2 for _, rank in found), found

@@ -139,7 +139,7 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     :param max_pointwise: the most values (chains × draws × N) per variable of the pointwise groups
         (default :data:`MAX_POINTWISE` = 2·10⁷, 160 MB in float64; ``None`` as well: the default). Below
         it every draw is evaluated at once; above it, as :func:`from_svi` does, D evenly spaced draws per
-        chain (the same in every chain), in vectorised blocks, labelled by the posterior draw they are of
+        chain (the same in every chain), one draw after another, labelled by the posterior draw they are of
         (``idata.log_likelihood.sel(draw=d)``), in bounded memory: e.g. 4 chains × 2 000 draws at
         N = 200 000 would be 1.6·10⁹ values (13 GB) per variable.
 
@@ -149,7 +149,7 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=
     ``feature``; X, y, ``predictive`` and ``rng_key`` are not used (draw predictions with
     ``numpyro.infer.Predictive``). ``max_pointwise`` holds there too, with N the size of the largest
     observed site: above it the ``log_likelihood`` group holds D evenly spaced draws per chain, evaluated
-    in vectorised blocks and labelled by their posterior draw, with the values, dims and coords the uncapped
+    one after another and labelled by their posterior draw, with the values, dims and coords the uncapped
     group has at those draws.
     """
     if not hasattr(mcmc, "get_samples"):
@@ -207,9 +207,9 @@ def _from_user_model(mcmc, coords, dims, log_likelihood, max_pointwise):
     thinned = terms is not None and C * S * N > cap
     with _quiet_arviz():
         idata = az.from_numpyro(mcmc, coords=coords, dims=all_dims, log_likelihood=log_likelihood and not thinned)
-    if thinned:  # D evenly spaced draws per chain (the same in every chain), in blocks, as from_svi
+    if thinned:  # D evenly spaced draws per chain (the same in every chain), as from_svi
         which = _pointwise_draws(S, N, max(1, cap // C))
-        values = _user_terms_at(terms[0], samples, which, block=max(1, _BLOCK_VALUES // N))
+        values = _user_terms_at(terms[0], samples, which)
         ds = _log_likelihood_dataset(values, coords, all_dims, draws=which)
         with warnings.catch_warnings():  # added after the fact: ArviZ warns about the group order
             warnings.simplefilter("ignore", UserWarning)
@@ -259,12 +259,15 @@ def _observed_terms(mcmc):
     return terms, {n: tr0[n]["value"] for n in sites}, marginal
 
 
-def _user_terms_at(terms, samples, which, block):
-    """``terms`` at the draws ``which`` of every chain: ``{site: (C, D, ...)}``, ``block`` draws at a time."""
+def _user_terms_at(terms, samples, which):
+    """``terms`` at the draws ``which`` of every chain: ``{site: (C, D, ...)}``, one draw at a time.
+
+    Unbatched on purpose (:func:`_map_draws`): a draw's terms factorise matrices that depend on its
+    hyperparameters."""
     C, S = next(iter(samples.values())).shape[:2]
     idx = jnp.asarray((np.arange(C)[:, None] * S + np.asarray(which)[None, :]).reshape(-1))
     flat = {k: jnp.reshape(v, (C * S,) + v.shape[2:])[idx] for k, v in samples.items()}
-    out = jax.jit(lambda d: jax.lax.map(terms, d, batch_size=min(block, len(idx))))(flat)
+    out = jax.jit(lambda d: _map_draws(terms, d))(flat)
     return {n: np.asarray(v).reshape((C, len(which)) + v.shape[1:]) for n, v in out.items()}
 
 
@@ -274,17 +277,28 @@ def _marginal_loo(idata, mcmc, terms, coords, dims):
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
     (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model; with the user's ``dims`` and ``coords``."""
-    fn, first, marginal = terms
+    fn, _, marginal = terms
     if not marginal or "log_likelihood" not in idata.groups():
         return
     samples = mcmc.get_samples(group_by_chain=True)
     S = next(iter(samples.values())).shape[1]
-    N = max(int(np.size(first[n])) for n in marginal)
-    values = _user_terms_at(lambda d: {n: v for n, v in fn(d).items() if n in marginal}, samples,
-                            np.arange(S), block=max(1, _BLOCK_VALUES // (N * N)))  # a draw's LOO: O(N²)
+    values = _user_terms_at(lambda d: {n: v for n, v in fn(d).items() if n in marginal}, samples, np.arange(S))
     ds = _log_likelihood_dataset(values, coords, dims)
     for n in values:
         idata.log_likelihood[n] = ds[n]
+
+
+def _map_draws(fn, draws):
+    """``fn`` over the leading axis of ``draws``, one draw after another (``lax.map`` without a batch):
+    never a batched matrix factorisation across draws. jaxlib's CPU LAPACK kernels (Cholesky, triangular
+    solves, ...) split a batch over XLA's intra-op thread pool and block the pool thread they run on
+    until the pieces finish; when as many such batched kernels run at once as the pool has threads (two
+    on a 2-core machine: XLA runs independent operations concurrently), every pool thread waits for a
+    piece no thread is left to run, and the program never returns (measured: ``from_mcmc``'s leave-one-out
+    block on a 2-core machine, every thread idle, two ``tf_XLAEigen`` threads in
+    ``lapack_dpotrf_ffi`` → ``ParallelBatchMap`` → ``BlockingCounter::Wait``). An unbatched factorisation
+    runs inline on its thread."""
+    return jax.lax.map(fn, draws)
 
 
 #: the most values (draws × observations) from_svi puts in each variable of the pointwise groups
@@ -384,8 +398,10 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
     Per draw: the log density of every observed site of ``gp.model`` (as ``numpyro.infer.log_likelihood``)
     and a posterior predictive draw (the model with ``y=None``, as ``numpyro.infer.Predictive``, or the
     approximation's own ``posterior_predictive``: the collapsed ones). Sites equal in every draw enter
-    unbatched, the others are mapped in vectorised blocks (``lax.map`` with ``batch_size``), so what
-    depends on the constant sites only is computed once per block, not once per draw."""
+    unbatched; where only the inducing site varies (SVI's point estimates) the draws are mapped in
+    vectorised blocks (``lax.map`` with ``batch_size``), so what depends on the constant sites only is
+    computed once per block, not once per draw; where hyperparameters vary too (MCMC) each draw factorises
+    its own matrices and the draws run one after another (:func:`_map_draws`)."""
     from numpyro import handlers
 
     from ..approximations.base import GPModel
@@ -422,6 +438,8 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
 
     def evaluate(constant, varying, key, which, X, y):
         keys = jax.random.split(key, S)[which]
+        if set(varying) - {site}:  # hyperparameters vary (MCMC): each draw factorises its own Kuu
+            return _map_draws(lambda a: one(constant, *a, X, y), (varying, keys))
         if block >= len(which):
             return jax.vmap(lambda part, k: one(constant, part, k, X, y))(varying, keys)
         return jax.lax.map(lambda a: one(constant, *a, X, y), (varying, keys), batch_size=block)
