@@ -3,9 +3,11 @@
 The rule for a page's code fences (stated again in ``docs/architecture.md``'s tests section):
 
 * ```` ```python ```` blocks and myst-nb ```` ```{code-cell} ipython3 ```` cells **run**: the blocks of a
-  page are joined top to bottom into one script and executed in one fresh Python process per page (so
+  page are joined top to bottom into one script and executed as ``__main__`` in a fresh namespace (so
   they share names, as a reader running the page in one session would); a page may open with a short
-  setup block that defines its data.
+  setup block that defines its data. One process (``tests/page_runner.py``) runs every page in turn, so
+  the imports and the library's compiled programs are paid once; a page that hangs or takes the process
+  down fails with every thread's stack, and the pages after it run in a new process.
 * Anything that is not meant to run as it stands takes another fence language: ```` ```bash ```` for
   shell commands, ```` ```text ```` for fragments, output and pseudo-code. No other language is allowed
   for code (``test_fence_languages``), so a block cannot drop out of this test by a typo such as
@@ -16,9 +18,9 @@ data, steps and draws), ``JAX_PLATFORMS=cpu``, this checkout first on ``PYTHONPA
 directory as the working directory (files a page writes land there). A failure names the page, the
 block and its first line in the page.
 """
+import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +34,8 @@ RUN = {"python", "{code-cell} ipython3", "{code-cell} python3", "{code-cell} pyt
 NO_RUN = {"bash", "text"}
 # MyST directives that are not code (a toctree, an image, an include, reST, a cell's output)
 DIRECTIVE = re.compile(r"^\{(?!code-cell\})[\w-]+\}")
-TIMEOUT = 300
+TIMEOUT = 300  # seconds a page may take
+RUNNER = Path(__file__).with_name("page_runner.py")
 
 
 def blocks(text):
@@ -92,30 +95,64 @@ def test_every_notebook_is_described_on_the_examples_page():
     assert not missing, f"notebooks without a line on docs/examples/index.md: {missing}"
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
-def test_page_runs(page, tmp_path):
-    code, starts = script(page)
-    path = tmp_path / f"page_{page.stem}.py"
-    path.write_text(code)
+def _page_env():
+    """The pages' environment: ``QUICK=1``, the CPU, this checkout first on the path; XLA as a reader has it,
+    but for the suite's single-threaded kernels (conftest.py: with XLA's intra-op Eigen pool the runtime can
+    wedge, every thread idle and the main one waiting on a result): one CPU device (the suite's forced host
+    devices would make the sharding page's collectives wait for a second device thread, which a loaded
+    machine can starve past XLA's timeout) and the default optimisation level."""
     env = {**os.environ, "QUICK": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("NOTEBOOK_OUT", None)
-    # XLA as a reader has it, but for the suite's single-threaded kernels (conftest.py: with XLA's intra-op
-    # Eigen pool the runtime can wedge, every thread idle and the main one waiting on a result; CI met it
-    # on this page's from_mcmc at the default level, and session 22 here on its exact-GP block at
-    # --xla_backend_optimization_level=0): one CPU device (the suite's forced host devices would make the
-    # sharding page's collectives wait for a second device thread, which a loaded machine can starve past
-    # XLA's timeout) and the default optimisation level
     env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+|--xla_backend_optimization_level=\d+",
                               "", env.get("XLA_FLAGS", "")).strip()
-    # -X faulthandler: a page that hangs is stopped with SIGABRT, which prints every thread's stack
-    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(path)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        _, stderr = proc.communicate()
-        pytest.fail(f"{page.relative_to(ROOT)} ran past {TIMEOUT} s; its threads' stacks:\n" + stderr[-6000:])
-    where = _where(stderr, path.name, starts)
-    assert proc.returncode == 0, (f"{page.relative_to(ROOT)} fails{where}:\n" + stderr[-4000:])
+    return env
+
+
+def _run_pages(entries, folder):
+    """``{page: (ok, error text)}`` of ``entries`` [(page, script, cwd)], run in order by one
+    ``tests/page_runner.py`` process; a page that hangs past ``TIMEOUT`` (the runner's faulthandler prints
+    every thread's stack and exits) or crashes the process fails with that output, and the pages after it
+    run in a new process."""
+    out, remaining, attempt = {}, list(entries), 0
+    while remaining:
+        attempt += 1
+        manifest, results, log = (folder / f"{name}_{attempt}" for name in ("manifest.json", "results", "log"))
+        manifest.write_text(json.dumps([{"page": str(p), "script": str(s), "cwd": str(c)} for p, s, c in remaining]))
+        with open(log, "w") as err:
+            proc = subprocess.run([sys.executable, "-X", "faulthandler", str(RUNNER), str(manifest), str(results),
+                                   str(TIMEOUT)], env=_page_env(), stdout=subprocess.DEVNULL, stderr=err,
+                                  timeout=TIMEOUT * len(remaining) + 120)
+        lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+        for r in lines:
+            out[Path(r["page"])] = (r["ok"], r["error"] or "")
+        remaining = remaining[len(lines):]
+        if remaining:  # the first page without a result hung or took the process down
+            page = remaining.pop(0)[0]
+            out[page] = (False, f"ran past {TIMEOUT} s or crashed the process (exit code {proc.returncode}); "
+                                f"its threads' stacks and output:\n" + log.read_text()[-6000:])
+    return out
+
+
+@pytest.fixture(scope="module")
+def page_results(request, tmp_path_factory):
+    """The result of every selected page, all run by one process (the imports and the library's compiled
+    programs shared: tests/page_runner.py)."""
+    wanted = [item.callspec.params["page"] for item in request.session.items
+              if getattr(item, "originalname", None) == "test_page_runs" and item.module is request.module]
+    folder = tmp_path_factory.mktemp("pages")
+    entries = []
+    for page in wanted:
+        cwd = folder / page.relative_to(ROOT / "docs").as_posix().replace("/", "_").removesuffix(".md")
+        cwd.mkdir()
+        path = cwd / f"page_{page.stem}.py"
+        path.write_text(script(page)[0])
+        entries.append((page, path, cwd))
+    return _run_pages(entries, folder)
+
+
+@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
+def test_page_runs(page, page_results):
+    ok, error = page_results[page]
+    where = _where(error, f"page_{page.stem}.py", script(page)[1])
+    assert ok, f"{page.relative_to(ROOT)} fails{where}:\n" + error[-4000:]
