@@ -172,7 +172,8 @@ def test_per_draw_programs_factorise_one_matrix_at_a_time(monkeypatch):
     gp = make_gp()
     draws = {k: jnp.stack([jnp.asarray(v) * (1 + 0.1 * i) for i in range(4)]) for k, v in params_of(gp).items()}
     draws = {"f_v": draws["f_v_loc"], "kernel_variance": draws["kernel_variance_map"],
-             "kernel_lengthscale": draws["kernel_lengthscale_map"], "likelihood_variance": draws["likelihood_variance_map"]}
+             "kernel_lengthscale": draws["kernel_lengthscale_map"],
+             "likelihood_variance": draws["likelihood_variance_map"]}
     inference_data._pointwise_groups(gp, X, yy, draws, np.arange(4), {}, jax.random.PRNGKey(1),
                                      log_likelihood=True, predictive=True)
     found = [r for program in seen for r in program]
