@@ -26,9 +26,10 @@ $(VENV)/.installed-docs: pyproject.toml | $(PY)
 demo: $(VENV)/.installed-demo
 	$(PY) -m inference fit pines --method nuts
 
-# one pytest worker per core (at most 4), whole files per worker so each keeps its compilation caches
+# one pytest worker per core (at most 4), whole files per worker so each keeps its compilation caches;
+# the 15 slowest tests are printed at the end, so a test that grows the suite's time is seen in every run
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=15
 
 # the slow tier (tests marked `slow`: long runs to convergence, large sizes, the quick benchmarks, the
 # own-model notebook), run with the benchmarks rather than in CI
