@@ -20,13 +20,13 @@ import tempfile
 # so the flags are probed once first. The flags are set in pytest_configure (before any computation starts
 # XLA), where the marker expression is known; xdist's workers and the tests' subprocesses inherit them.
 #
-# Both tiers run XLA's CPU kernels single-threaded (--xla_cpu_multi_thread_eigen=false). With the intra-op
-# Eigen pool on, a program can wedge XLA's CPU runtime for good: every pool worker parked waiting for a
-# sub-task that needs a free worker, the main thread waiting on the result, no thread busy. CI met it on
-# the adequacy page (from_mcmc's leave-one-out block, 14 s on this machine, stopped after 300 s on
-# 2026-11-27; 24 reruns here under the same load did not wedge), and public reports name the same
-# mechanism for XLA's FFT thunk (PyAutoFit#1528/#1530: the flag alone, 0 wedges in 12 runs against 14 in
-# 16). With one pytest worker per core the pool only oversubscribes the cores anyway.
+# Both tiers run XLA's CPU kernels single-threaded (--xla_cpu_multi_thread_eigen=false): with one pytest
+# worker per core the intra-op Eigen pool only oversubscribes the cores. It does not prevent the wedge
+# CI met on the adequacy page (2026-11-27) and this machine on 2026-12-01 with the flag set: every thread
+# idle, the main one waiting on a result, the two pool threads each in a batched LAPACK Cholesky
+# (jaxlib's ParallelBatchMap splits the batch over the same pool and waits for it). The cause is fixed in
+# the library (diagnostics.inference_data._map_draws: per-draw programs factorise one matrix at a time)
+# and a test reads the compiled programs for batched factorisations (test_diagnostics_pointwise.py).
 def _accepted(flags):
     """Whether this jaxlib starts with ``XLA_FLAGS=flags`` (an unknown flag aborts it at start-up)."""
     probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"],
