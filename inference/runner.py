@@ -9,7 +9,7 @@ shares), and writes into ``--out`` (default ``runs/<model>-<method>/``):
   :data:`~ppl_sparsegp.diagnostics.MAX_POINTWISE` values per variable, see
   :func:`~ppl_sparsegp.diagnostics.from_svi`);
 * ``fit.npz`` (``--method svi`` and ``map``): the fitted approximation, which predicts without the
-  runner (:mod:`ppl_sparsegp.fits`; metadata: model, method, seed, steps, learning rate, final loss);
+  runner (:mod:`ppl_sparsegp.saving`; metadata: model, method, seed, steps, learning rate, final loss);
 * ``summary.txt``: ArviZ summary (mean, sd, HDI, ESS, R-hat) of the hyperparameters;
 * ``metrics.json``: the model's test metrics, the fit time and engine statistics;
 * PNG plots: the model's own plot (``fit.png``), the trace plot (NUTS) or the loss trace (SVI).
@@ -25,7 +25,7 @@ model was fitted on: models that standardise their data, e.g. ``uci_*``, predict
 
     import jax
     jax.config.update("jax_enable_x64", True)  # the runner fits in float64
-    from ppl_sparsegp.fits import load_fit, load_metadata
+    from ppl_sparsegp.saving import load_fit, load_metadata
 
     gp, params = load_fit("runs/solar-svi/fit.npz")
     pred = gp.predict(X_new, params=params)  # {"f_mean", "f_var", "y_mean", "y_var"}
@@ -105,7 +105,7 @@ def _configure_jax(chains):
     computation."""
     import jax
 
-    from ppl_sparsegp.compat import set_host_device_count
+    from ppl_sparsegp.numpyro_internals import set_host_device_count
 
     set_host_device_count(chains)
     jax.config.update("jax_enable_x64", True)
@@ -184,7 +184,7 @@ def _natgrad_ready(gp) -> bool:
     """Whether natural-gradient steps apply: a SparseGP (SVGP bound) whose guide has, per latent GP, a
     full, diagonal or equal-block q (params ``<site>_loc`` and ``<site>_scale_tril`` or ``<site>_scale``)."""
     from ppl_sparsegp import SparseGP
-    from ppl_sparsegp.approximations._shared import site_names
+    from ppl_sparsegp.approximations.common import site_names
 
     if not isinstance(gp, SparseGP) or gp.residual != "expected":
         return False
@@ -289,11 +289,11 @@ def _var_names(spec, idata):
 
 
 def _save_fit(spec, args, idata, path, fit_time, stats) -> list:
-    """Write the approximation and its SVI/MAP params to ``path`` (:func:`ppl_sparsegp.fits.save_fit`);
+    """Write the approximation and its SVI/MAP params to ``path`` (:func:`ppl_sparsegp.saving.save_fit`);
     a collapsed model keeps the training data it conditions on unless it holds precomputed statistics.
     A model the fit format cannot describe is reported, not fatal: ``[]`` then, else ``["fit.npz"]``."""
     from ppl_sparsegp import diagnostics
-    from ppl_sparsegp.fits import FitFileError, save_fit
+    from ppl_sparsegp.saving import FitFileError, save_fit
 
     gp = spec.gp if getattr(spec.gp, "precomputed", None) is not None else spec.gp.with_data(spec.X, spec.y)
     metadata = {"model": spec.name, "method": args.method, "seed": args.seed, "steps": args.steps,

@@ -36,13 +36,9 @@ from models import ModelSpec
 from ppl_sparsegp import Additive, InducingPoints, Matern32, Matern52, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.datasets import standardise
 from ppl_sparsegp.diagnostics import nlpd, rmse
-from ppl_sparsegp.features.orthogonal import (
-    ESTIMATORS,
-    AdditiveOrthogonal,
-    HermiteFeatures,
-    TrigonometricFeatures,
-    quadrature_nodes,
-)
+from ppl_sparsegp.features.combinations import AdditiveOrthogonal
+from ppl_sparsegp.features.hermite import HermiteFeatures
+from ppl_sparsegp.features.trigonometric import ESTIMATORS, TrigonometricFeatures, quadrature_nodes
 from ppl_sparsegp.likelihoods import Gaussian
 
 from .vof_regression import svi_params

@@ -22,7 +22,7 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import Matern52, Param, SparseGP
-from ppl_sparsegp.features.orthogonal import ESTIMATORS, TrigonometricFeatures
+from ppl_sparsegp.features.trigonometric import ESTIMATORS, TrigonometricFeatures
 from ppl_sparsegp.likelihoods import Gaussian
 
 DESCRIPTION = ("1-D regression with trigonometric VOF (Burt et al. 2020, Fig. 2): N=80, Matérn-5/2, band and M by "

@@ -188,7 +188,7 @@ class Module:
     _static: tuple = ()
     _positive: tuple = ()
     #: ``{static field: value}`` for static fields added after a release, so that a fit file written
-    #: before them still loads (:func:`~ppl_sparsegp.fits.load_fit` fills them in)
+    #: before them still loads (:func:`~ppl_sparsegp.saving.load_fit` fills them in)
     _static_defaults: dict = {}
 
     def __init_subclass__(cls, **kwargs):

@@ -25,7 +25,7 @@ def csv_path(tmp_path_factory):
     return path
 
 
-@pytest.mark.slow  # two fits through the CLI (map and svi); the pieces: test_optimise, test_collapsed
+@pytest.mark.slow  # two fits through the CLI (map and svi); the pieces: test_map_estimate, test_collapsed
 def test_fit_unseen_csv_through_runner(csv_path, tmp_path):
     out = tmp_path / "run"
     result = main(["fit", "airline", "--csv", str(csv_path), "--target", "zeta", "--covariates",

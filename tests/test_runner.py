@@ -263,7 +263,7 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
     import re
     from types import SimpleNamespace
 
-    from ppl_sparsegp.fits import load_fit, load_metadata
+    from ppl_sparsegp.saving import load_fit, load_metadata
 
     for collapsed in (False, True):
         out = tmp_path / f"svi-{collapsed}"

@@ -292,7 +292,7 @@ def airline_part(sizes, args, progress=None):
     import jax
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
     n_train = sizes["airline_n"]

@@ -115,7 +115,7 @@ def reference_fit(kind, feature, kernel, noise, X, y, args):
     import numpy as np
 
     from ppl_sparsegp import ChordalMatern, CollapsedGP
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.spherical import spherical_statistics
 
     with harness.clock() as c:
@@ -290,7 +290,7 @@ def airline_start(feature, map_feature, prior, lik, X, y, *, subsample, seed, ma
     import numpy as np
 
     from ppl_sparsegp import CollapsedGP
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
 
     idx = np.sort(np.random.default_rng(seed).choice(len(y), min(subsample, len(y)), replace=False))
     small = CollapsedGP(map_feature, prior, lik)

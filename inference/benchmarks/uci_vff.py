@@ -39,7 +39,7 @@ def fit_vff(split, args):
     import jax
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
@@ -72,7 +72,7 @@ def fit_sgpr(split, args, seed):
     import numpyro.distributions as dist
 
     from ppl_sparsegp import CollapsedGP, Gaussian, InducingPoints, SquaredExponential
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
 

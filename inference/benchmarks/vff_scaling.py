@@ -47,7 +47,7 @@ def run_size(n_train, args):
     import numpy as np
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
     row = {"n_train": int(n_train), "load_before": os.getloadavg()[0]}

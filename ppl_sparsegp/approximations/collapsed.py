@@ -48,8 +48,8 @@ from ..likelihoods import Gaussian
 from ..linalg import Dense
 from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
-from ._shared import require, site_names
 from .base import GPModel, check_targets
+from .common import require, site_names
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]

@@ -64,8 +64,8 @@ from ..linalg.woodbury import (
     woodbury_log_density,
 )
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
-from . import _checks
-from ._shared import as_inputs as _as_inputs, project as _project, require_model as _require_model
+from . import own_model_checks
+from .common import as_inputs as _as_inputs, project as _project, require_model as _require_model
 from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
@@ -398,7 +398,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     """
     _require_model("marginal_spectral_gp")
     named = _named_gps(name, gps)
-    _checks.check_marginal_gps(name, named, exact=exact)
+    own_model_checks.check_marginal_gps(name, named, exact=exact)
     X, y, s2 = _checked_data(name, X, y, noise)
     if exact:
         return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
@@ -434,7 +434,7 @@ def _checked_data(name, X, y, noise):
     if isinstance(noise, Distribution):
         noise = numpyro.sample(f"{name}_noise", check_positive_prior(noise, f"noise (site '{name}_noise')"))
     check_positive(noise, "noise")
-    _checks.check_noise_shape(noise)
+    own_model_checks.check_noise_shape(noise)
     s2 = jnp.asarray(noise, dtype) ** 2
     if y is not None:
         with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
@@ -442,7 +442,7 @@ def _checked_data(name, X, y, noise):
         if y.ndim < 1 or y.shape[-1] != N:
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
-        _checks.check_observations_in_plates(y, name)
+        own_model_checks.check_observations_in_plates(y, name)
     return X, y, s2
 
 
@@ -453,7 +453,7 @@ def _gp_parts(named, X):
         feature = current_feature(feature)
         kernel = instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel
         Xg = feature.check_inputs(X)
-        _checks.check_lengthscale_dims(kernel, Xg.shape[1], f"gps[{gp_name!r}]")
+        own_model_checks.check_lengthscale_dims(kernel, Xg.shape[1], f"gps[{gp_name!r}]")
         Kmm = Kuu(feature, kernel)
         # concrete data: evaluate the basis now at any size (past constant_kuf's cap, which bounds a Kuf
         # embedded in the program): only the statistics enter the per-gradient program (measured at

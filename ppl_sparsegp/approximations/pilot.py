@@ -9,7 +9,7 @@ noise variance), features sized by the prior displace the posterior, and only th
 1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
    hyperparameters) runs with every feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`:
    generously resolved; O(M'³) per evaluation from the statistics), and its log joint is maximised by
-   L-BFGS (:func:`~ppl_sparsegp.approximations.optimise.map_lbfgs`, type-II MAP) from ``starts`` points
+   L-BFGS (:func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs`, type-II MAP) from ``starts`` points
    spread over the priors' quantiles, so that a second mode is not lost.
 2. **Modes.** Every distinct optimum whose Laplace log mass (in the unconstrained coordinates: the peak,
    its width and the transforms' Jacobian) is within ``log_mass_gap`` of the largest is kept (the mass,
@@ -67,7 +67,7 @@ from numpyro.infer.util import log_density
 
 from ..features.base import TooManyFeatures, refined_features
 from ..parameters import is_concrete
-from .optimise import map_lbfgs
+from .map_estimate import map_lbfgs
 
 __all__ = ["choose_features", "ChosenFeatures"]
 

@@ -38,8 +38,8 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
 from ..sharding import map_rows
-from ._shared import require_params, require_samples
 from .base import GPModel
+from .common import require_params, require_samples
 from .primitives import inducing_prior
 from .variational import q_cov_name, resolve_q_family
 

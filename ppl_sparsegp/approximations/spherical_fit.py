@@ -5,7 +5,7 @@ map (the scales s and the bias b of :class:`~ppl_sparsegp.kernels.Zonal`), not o
 κ. :func:`fit_spherical` uses that in three stages [1, §5]:
 
 1. **the map** (s, b) and a starting point: type-II MAP of every hyperparameter by L-BFGS
-   (:func:`~ppl_sparsegp.approximations.optimise.map_lbfgs`) on the collapsed bound of a random
+   (:func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs`) on the collapsed bound of a random
    subsample of ``subsample`` rows (O(n M_s²) per evaluation, with the features ``map_feature``, by
    default the same as ``feature``);
 2. **one pass** over all N rows in chunks with (s, b) fixed: the sufficient statistics
@@ -37,7 +37,7 @@ from ..kernels import Zonal, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..parameters import is_concrete
 from .collapsed import CollapsedGP, collapsed_elbo_from_stats
-from .optimise import map_lbfgs
+from .map_estimate import map_lbfgs
 
 __all__ = ["fit_spherical", "SphericalFit"]
 
@@ -53,7 +53,7 @@ class SphericalFit:
     :ivar bound: the collapsed bound :math:`\\mathcal L \\le \\log p(\\mathbf y)` of all rows at ``values``.
     :ivar q: the optimal whitened ``(m_v (M,), S_v (M, M) operator)`` at ``values``.
     :ivar info: ``{"subsample": …, "full": …}``: the two L-BFGS records of
-        :func:`~ppl_sparsegp.approximations.optimise.map_lbfgs` (``None`` for a skipped stage 1).
+        :func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs` (``None`` for a skipped stage 1).
     :ivar seconds: wall seconds of the stages: ``subsample``, ``statistics``, ``optimise``.
     """
 

@@ -22,8 +22,8 @@ import numpyro
 import xarray as xr
 from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
-from ..compat import mcmc_run_arguments
 from ..grid import Grid
+from ..numpyro_internals import mcmc_run_arguments
 from ._arviz import _quiet_arviz, az
 from .traces import model_trace
 

@@ -31,10 +31,10 @@ from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
 from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
+from .float32 import warn_float32
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
-from .precision import warn_float32
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]

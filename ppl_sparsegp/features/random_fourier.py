@@ -56,7 +56,8 @@ from jax.scipy.special import gammainc, gammaln, ndtri
 from numpyro.distributions import Distribution, constraints
 
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential, Stationary, _Matern, check_inputs
+from ..kernels import SquaredExponential, Stationary, check_inputs
+from ..kernels.stationary import _Matern
 from ..linalg import Diagonal
 from ..parameters import Param, check_finite, is_concrete
 from .base import InducingFeature

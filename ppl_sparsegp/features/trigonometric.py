@@ -62,7 +62,8 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
-from ._vof import (
+from .base import InducingFeature
+from .orthogonal import (
     INV_SQRT_2PI,
     check_num_features,
     fewest_resolving,
@@ -71,7 +72,6 @@ from ._vof import (
     rule_inputs,
     scalar_field,
 )
-from .base import InducingFeature
 
 __all__ = ["TrigonometricFeatures", "mc_moments", "monte_carlo_conditional", "quadrature_nodes", "ESTIMATORS",
            "BASES"]

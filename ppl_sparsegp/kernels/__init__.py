@@ -27,9 +27,9 @@ References:
     2. Rasmussen, Williams (2006), Gaussian Processes for Machine Learning, §4.2.
 """
 from .base import Kernel, as_points, check_inputs  # noqa: F401  (as_points: kept importable from here)
-from .combinations import Additive, Product, _Combination, constant_kernel_diagonal  # noqa: F401
+from .combinations import Additive, Product, constant_kernel_diagonal
 from .periodic import Periodic
-from .stationary import Matern12, Matern32, Matern52, SquaredExponential, Stationary, _Matern  # noqa: F401
+from .stationary import Matern12, Matern32, Matern52, SquaredExponential, Stationary
 from .zonal import ArcCosine, ChordalMatern, SphereEmbedded, Zonal
 
 __all__ = ["Periodic", "SphereEmbedded", "Zonal", "ArcCosine", "ChordalMatern", "constant_kernel_diagonal", "Kernel",

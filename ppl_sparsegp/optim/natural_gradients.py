@@ -56,7 +56,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.elbo import ELBO
 from numpyro.optim import Adam
 
-from ..compat import NumPyroOptim, subsample_indices
+from ..numpyro_internals import NumPyroOptim, subsample_indices
 
 __all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp", "gamma_schedule"]
 

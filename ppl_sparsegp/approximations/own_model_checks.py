@@ -9,10 +9,10 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import Distribution
 
-from ..compat import handler_stack
 from ..features.base import InducingFeature
 from ..features.fourier import FourierFeatures
 from ..kernels import Kernel, Periodic
+from ..numpyro_internals import handler_stack
 from ..parameters import Param, free_leaves, free_sites
 
 
