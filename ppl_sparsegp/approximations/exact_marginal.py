@@ -87,9 +87,9 @@ def _dense_loo(C, r):
     return -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
 
 
-def exact_covariance(kernels, X, s2, H=None, L=None):
+def exact_covariance(kernels, X, noise_variance, H=None, L=None):
     """C = Σ_j K_j(X, X) + H L Lᵀ Hᵀ + σ² I (N, N) for concrete kernels and inputs X (N, D)."""
-    C = sum(k(X, X) for k in kernels) + s2 * jnp.eye(X.shape[0], dtype=X.dtype)
+    C = sum(k(X, X) for k in kernels) + noise_variance * jnp.eye(X.shape[0], dtype=X.dtype)
     if H is not None:
         HL = H @ L
         C = C + HL @ HL.T
