@@ -232,7 +232,7 @@ def _fit_map(spec, args, rng_key):
     _, key_post = _split(rng_key)
     values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(spec.X, spec.y),
                              model_kwargs=spec.model_kwargs, init=spec.init, maxiter=args.steps,
-                             seed=args.seed)
+                             rng_key=args.seed)
     params = {f"{k}_map": v for k, v in values.items()}
     idata = diagnostics.from_svi(params, gp, spec.X, spec.y, num_samples=args.samples,
                                  model_kwargs=spec.model_kwargs, rng_key=key_post)

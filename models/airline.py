@@ -204,7 +204,7 @@ def make_spherical_gp(X, y, *, max_degree: int = MAX_DEGREE, subsample: int = SU
     likelihood = Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0))
     feature = SphericalHarmonicFeatures(D, max_degree)
     fit = fit_spherical(feature, kernel, likelihood, X, y, map_feature=SphericalHarmonicFeatures(D, min(max_degree, 3)),
-                        subsample=subsample, chunk_size=chunk_size, seed=1)
+                        subsample=subsample, chunk_size=chunk_size, rng_key=1)
     return fit.gp, fit
 
 

@@ -294,7 +294,7 @@ def airline_start(feature, map_feature, prior, lik, X, y, *, subsample, seed, ma
 
     idx = np.sort(np.random.default_rng(seed).choice(len(y), min(subsample, len(y)), replace=False))
     small = CollapsedGP(map_feature, prior, lik)
-    v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(), maxiter=maxiter, seed=seed,
+    v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(), maxiter=maxiter, rng_key=seed,
                       model_args=(jnp.asarray(X[idx], jnp.float64), jnp.asarray(y[idx], jnp.float64)))
     return v0
 

@@ -159,7 +159,7 @@ def run_uci_collapsed(name, args, X, y, Xs, ys_, scaler):
     prior, _ = make_model("spherical", D, feature.num_features, X)
     with harness.clock() as clock:
         fit = fit_spherical(feature, prior.kernel, Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0)), X, y,
-                            subsample=args.collapsed_subsample, maxiter=args.maxiter, chunk_size=2048, seed=1)
+                            subsample=args.collapsed_subsample, maxiter=args.maxiter, chunk_size=2048, rng_key=1)
     m, v = fit.predict(Xs, chunk_size=2048)
     v = v + fit.noise_variance
     return {"dataset": name, "method": "spherical-collapsed", "M": int(feature.num_features), "n_train": len(y),

@@ -96,7 +96,7 @@ def exact_covariance(kernels, X, noise_variance, H=None, L=None):
     return C
 
 
-def exact_conditional_draw(kernels, X, X_new, C, r, key, *, H=None, L=None, beta_bar=None):
+def exact_conditional_draw(kernels, X, X_new, C, r, rng_key, *, H=None, L=None, beta_bar=None):
     r"""One joint draw of every GP at X_new (and of the mean's weights β) from their exact conditional given
     the residual r = y − Hβ̄ (..., N): the stacked :math:`\mathbf z = [f_1(X_*); \dots; f_J(X_*); \boldsymbol\beta]`
     has cross-covariance :math:`K_{zy} = [K_j(X_*, X); L_\beta L_\beta^\top H^\top]` with y, so
@@ -122,7 +122,7 @@ def exact_conditional_draw(kernels, X, X_new, C, r, key, *, H=None, L=None, beta
     cov = Kzz - V.T @ V
     lam, U = jnp.linalg.eigh(0.5 * (cov + cov.T))
     root = U * jnp.sqrt(jnp.maximum(lam, 0.0))
-    xi = jax.random.normal(key, (root.shape[1], rt.shape[1]), root.dtype)
+    xi = jax.random.normal(rng_key, (root.shape[1], rt.shape[1]), root.dtype)
     z = (mean + root @ xi).T  # (B, Z)
     z = jnp.reshape(z, tuple(np.shape(r)[:-1]) + (z.shape[-1],))
     fs = [z[..., j * n_new:(j + 1) * n_new] for j in range(len(kernels))]

@@ -178,11 +178,12 @@ class MarginalGaussian(Distribution):
         r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
         return jnp.reshape(_loo(self.parts, self.noise_variance, r).T, jnp.shape(value))
 
-    def posterior_weights(self, value, key):
+    def posterior_weights(self, value, rng_key):
         r"""One draw of the integrated-out weights v (…, M') from their conditional given y:
         :math:`\mathcal N(B^{-1}Z^\top\mathbf r/\sigma^2, B^{-1})`, :math:`B = I + Z^\top Z/\sigma^2`,
         drawn as :math:`L_B^{-\top}(L_B^{-1}Z^\top\mathbf r/\sigma^2 + \boldsymbol\xi)`."""
-        v = _posterior(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value), key)
+        v = _posterior(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value),
+                       rng_key)
         return jnp.reshape(v.T, jnp.shape(value)[:-1] + (v.shape[0],))
 
 
@@ -269,11 +270,11 @@ def _precision_log_prob(parts, stats, beta_bar, noise_variance):
 
 
 @jax.jit
-def _posterior(parts, stats, beta_bar, noise_variance, r, key):
+def _posterior(parts, stats, beta_bar, noise_variance, r, rng_key):
     G, Zr, _ = _gram_and_residual(parts, stats, beta_bar, r)
     LB = capacitance_cholesky(G, noise_variance)
     e = solve_triangular(LB, Zr, lower=True)
-    xi = jax.random.normal(key, e.shape, e.dtype)
+    xi = jax.random.normal(rng_key, e.shape, e.dtype)
     return solve_triangular(LB.T, e / noise_variance + xi, lower=False)  # (M', B)
 
 

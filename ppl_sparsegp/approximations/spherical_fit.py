@@ -35,7 +35,7 @@ from ..covariances import Kuu
 from ..features.spherical import SphericalHarmonicFeatures, spherical_statistics
 from ..kernels import Zonal, constant_kernel_diagonal
 from ..likelihoods import Gaussian
-from ..parameters import is_concrete
+from ..parameters import as_rng_key, is_concrete
 from .collapsed import CollapsedGP, collapsed_elbo_from_stats
 from .map_estimate import map_lbfgs
 
@@ -138,8 +138,15 @@ def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, 
         raise ValueError(f"X needs at least 2 rows, got {X.shape[0]}")
 
 
+def _numpy_generator(rng_key):
+    """The subsample's NumPy generator: seeded with an int as it is, with a JAX key by the key's data."""
+    if isinstance(rng_key, (int, np.integer)) and not isinstance(rng_key, bool):
+        return np.random.default_rng(int(rng_key))
+    return np.random.default_rng(np.asarray(jax.random.key_data(as_rng_key(rng_key))))
+
+
 def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsample: int = 5000,
-                  maxiter: int = 200, chunk_size: int = 8192, mean=0.0, seed: int = 0) -> SphericalFit:
+                  maxiter: int = 200, chunk_size: int = 8192, mean=0.0, rng_key=0) -> SphericalFit:
     r"""Fit spherical harmonic features to N rows (up to millions) by the collapsed bound: the input map from a
     subsample MAP, the one-pass statistics of all rows, L-BFGS on the rest at O(M³) per step [1].
 
@@ -167,11 +174,13 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     :param y: (N,) targets.
     :param map_feature: the features of stage 1 (default ``feature``); a lower degree makes stage 1
         cheaper at large M (the map needs only the coarse structure).
-    :param subsample: rows of stage 1 (drawn without replacement with ``seed``; all rows when N is smaller).
+    :param subsample: rows of stage 1 (drawn without replacement with ``rng_key``; all rows when N is smaller).
     :param maxiter: the most L-BFGS iterations of each stage.
     :param chunk_size: rows per chunk of stage 2 and of :meth:`SphericalFit.predict`.
     :param mean: a constant mean (a number; default 0).
-    :param seed: seed of the subsample and of the prior-median starting point.
+    :param rng_key: the JAX PRNG key of the prior-median starting point, or an int (converted once with
+        ``jax.random.PRNGKey``); the subsample's NumPy generator is seeded with the int itself (as before) or
+        with the key's data.
     :returns: a :class:`SphericalFit` (``gp``, ``values``, ``kernel``, ``noise_variance``, ``bound``, ``q``,
         ``info``, ``seconds``; ``predict(X_new)``).
     :raises ValueError: for a feature other than SphericalHarmonicFeatures, a non-Zonal kernel or one whose
@@ -184,19 +193,20 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
         2. Titsias (2009), Variational learning of inducing variables in sparse Gaussian processes, AISTATS.
     """
     map_feature = feature if map_feature is None else map_feature
+    generator, rng_key = _numpy_generator(rng_key), as_rng_key(rng_key)  # converted once
     _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, maxiter, chunk_size)
     N = X.shape[0]
     free_map = [f for f in feature.kuf_kernel_fields if not is_concrete(getattr(kernel, f))]
     seconds, v0, info0 = {"subsample": 0.0}, None, None
     if free_map:  # 1. the map (s, b) and the starting point, from a subsample (data path)
         t0 = time.perf_counter()
-        idx = np.sort(np.random.default_rng(seed).choice(N, min(subsample, N), replace=False))
+        idx = np.sort(generator.choice(N, min(subsample, N), replace=False))
         Xs, ys = np.asarray(X[idx], np.float64), np.asarray(y[idx], np.float64)
         if not (np.all(np.isfinite(Xs)) and np.all(np.isfinite(ys))):
             raise ValueError("X or y contains NaN or inf (in the subsample of stage 1)")
         small = CollapsedGP(map_feature, kernel, likelihood, mean)
         v0, info0 = map_lbfgs(small.model, small.hyperparameter_sites(), model_args=(jnp.asarray(Xs), jnp.asarray(ys)),
-                              maxiter=maxiter, seed=seed)
+                              maxiter=maxiter, rng_key=rng_key)
         kernel = kernel.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in free_map})
         seconds["subsample"] = time.perf_counter() - t0
     t0 = time.perf_counter()  # 2. one pass over all rows with the map fixed
@@ -206,7 +216,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     t0 = time.perf_counter()  # 3. MAP of σ², the shape of κ and the noise at O(M³) per evaluation
     sites = gp.hyperparameter_sites()
     init = None if v0 is None else {k: v0[k] for k in sites}
-    values, info = map_lbfgs(gp.model, sites, init=init, maxiter=maxiter, seed=seed)
+    values, info = map_lbfgs(gp.model, sites, init=init, maxiter=maxiter, rng_key=rng_key)
     seconds["optimise"] = time.perf_counter() - t0
     if v0 is not None:
         values.update({f"kernel_{f}": np.asarray(v0[f"kernel_{f}"]) for f in free_map})

@@ -5,7 +5,7 @@ the sphere) and :mod:`~ppl_sparsegp.kernels.combinations` (sums, products, the c
 
 Every kernel has ``variance`` :math:`\sigma^2` and ``lengthscale`` :math:`\ell` (a scalar, or one per
 input dimension), evaluates its Gram matrix ``k(X1, X2)`` for inputs of shape (N, D) and its ``diag(X)``;
-a stationary one also has ``spectral_density(omega)`` and ``sample_frequencies(key, n, input_dim)``.
+a stationary one also has ``spectral_density(omega)`` and ``sample_frequencies(rng_key, n, input_dim)``.
 
 **Spectral convention (the only one in the library).** For a stationary kernel
 :math:`k(\mathbf x, \mathbf x') = \kappa(\mathbf r)`, :math:`\mathbf r = \mathbf x - \mathbf x'`,
