@@ -440,6 +440,6 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="airline", gp=gp, X=data["X"][sub], y=data["y"][sub], X_test=data["X_test"][:n_test],
         y_test=data["y_test"][:n_test], methods=("map", "svi", "nuts"),
-        defaults={"svi": {"steps": 1500, "lr": 0.03, "samples": 10},
+        defaults={"svi": {"num_steps": 1500, "lr": 0.03, "samples": 10},
                   "nuts": {"warmup": 200, "samples": 200, "chains": 2, "max_tree_depth": 6}},
         var_names=list(gp.hyperparameter_sites()), plot=plot, evaluate=evaluate, extra=extra)

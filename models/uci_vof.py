@@ -148,7 +148,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name=f"uci_vof[{args.dataset}/{args.features}]", gp=gp, X=X, y=y, X_test=X_test, y_test=yte,
         model_kwargs={} if batch is None else {"batch_size": batch},
-        methods=("svi",), defaults={"svi": {"steps": 5000, "lr": 1e-2}},
+        methods=("svi",), defaults={"svi": {"num_steps": 5000, "lr": 1e-2}},
         evaluate=evaluate, extra={"scaler": scaler, "y_test_raw": yte})
 
 

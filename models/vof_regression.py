@@ -90,7 +90,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="vof_regression", gp=gp, X=X, y=y, X_test=X_test, y_test=None,
         methods=("svi", "nuts"),  # NUTS sees the deterministic quadrature (no seed in its potential)
-        defaults={"svi": {"steps": 5000, "lr": 1e-2}, "nuts": {"warmup": 500, "samples": 500}},
+        defaults={"svi": {"num_steps": 5000, "lr": 1e-2}, "nuts": {"warmup": 500, "samples": 500}},
         plot=plot, evaluate=evaluate,
         extra={"exact_mean": mean, "exact_var": var})
 

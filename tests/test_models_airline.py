@@ -29,7 +29,7 @@ def csv_path(tmp_path_factory):
 def test_fit_unseen_csv_through_runner(csv_path, tmp_path):
     out = tmp_path / "run"
     result = main(["fit", "airline", "--csv", str(csv_path), "--target", "zeta", "--covariates",
-                   "alpha,beta,gamma", "--num-frequencies", "8", "--method", "svi", "--steps", "40", "--lr",
+                   "alpha,beta,gamma", "--num-frequencies", "8", "--method", "svi", "--num-steps", "40", "--lr",
                    "0.05", "--samples", "2", "--out", str(out), "--no-progress"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert {p.name for p in result["plots"]} >= {"fit.png", "loss.png"}

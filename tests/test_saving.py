@@ -79,7 +79,7 @@ def the_fits(names):
         out["collapsed-map"] = (collapsed.with_data(X1, Y), {f"{k}_map": v for k, v in values.items()}, "1d")
     if "collapsed-map-lbfgs" in names:  # the same found by L-BFGS (map_lbfgs, as the runner does)
         collapsed = psg.CollapsedGP(psg.InducingPoints(X1[::8]), kernel())
-        values, _ = map_lbfgs(collapsed.model, collapsed.hyperparameter_sites(), model_args=(X1, Y), maxiter=20)
+        values, _ = map_lbfgs(collapsed.model, collapsed.hyperparameter_sites(), model_args=(X1, Y), num_steps=20)
         out["collapsed-map-lbfgs"] = (collapsed.with_data(X1, Y), {f"{k}_map": v for k, v in values.items()}, "1d")
     if "sparse-inducing-poisson" in names:
         ip = psg.SparseGP(psg.InducingPoints(psg.Param(X2[:6])), kernel(), Poisson(exposure=2.0),

@@ -308,7 +308,7 @@ def airline_part(sizes, args, progress=None):
                                                          chunk_size=args.chunk_size))
     gp = airline.make_gp(feature, stats)
     with harness.clock() as opt:
-        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=sizes["airline_maxiter"])
+        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), num_steps=sizes["airline_maxiter"])
     with harness.clock() as pr:
         metrics = airline.test_metrics(gp, [values], data["X_test"], data["y_test"], method="dense",
                                        chunk_size=args.chunk_size)

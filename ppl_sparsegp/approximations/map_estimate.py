@@ -39,13 +39,13 @@ def prior_medians(sites: dict, rng_key=0, num: int = 101) -> dict:
 
 
 def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dict | None = None,
-              maxiter: int = 500, rng_key=0):
+              num_steps: int = 500, rng_key=0):
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
 
     :param model: a NumPyro model whose only latent sites are ``sites`` (e.g. ``CollapsedGP.model``).
     :param sites: ``{name: NumPyro distribution}`` (e.g. ``gp.hyperparameter_sites()``).
     :param model_args: positional arguments of the model (e.g. ``(X, y)``); ``model_kwargs`` keyword ones.
-    :param maxiter: the most L-BFGS-B iterations.
+    :param num_steps: at most this many L-BFGS-B iterations (it stops earlier at convergence).
     :param rng_key: the JAX PRNG key of the default starting point, or an int (``jax.random.PRNGKey(rng_key)``).
     :param init: starting values per site (default: the median of 101 prior draws).
     :raises ValueError: when the objective is not finite at the start (a bad ``init``).
@@ -81,7 +81,7 @@ def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dic
     from scipy.optimize import minimize
 
     res = minimize(fun, np.asarray(flat0, np.float64), jac=True, method="L-BFGS-B",
-                   options={"maxiter": maxiter})
+                   options={"maxiter": num_steps})
     values = {k: np.asarray(v) for k, v in constrained(unravel(jnp.asarray(res.x))).items()}
     info = {"iterations": int(res.nit), "evaluations": int(res.nfev), "neg_log_joint": float(res.fun),
             "success": bool(res.success), "message": str(res.message),

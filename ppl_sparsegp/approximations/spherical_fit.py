@@ -110,7 +110,7 @@ def _check_int(value, name, low=1):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, maxiter, chunk_size):
+def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, num_steps, chunk_size):
     """Eager validation of :func:`fit_spherical`'s arguments (clear errors naming the argument)."""
     for name, f in (("feature", feature), ("map_feature", map_feature)):
         if not isinstance(f, SphericalHarmonicFeatures):
@@ -128,7 +128,7 @@ def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, 
     if not isinstance(likelihood, Gaussian):
         raise ValueError(f"likelihood must be Gaussian (the collapsed bound), got {type(likelihood).__name__}")
     _check_int(subsample, "subsample", 2)
-    _check_int(maxiter, "maxiter")
+    _check_int(num_steps, "num_steps")
     _check_int(chunk_size, "chunk_size")
     if len(getattr(X, "shape", ())) != 2 or X.shape[1] != feature.input_dim:
         raise ValueError(f"X must have shape (N, {feature.input_dim}), got {getattr(X, 'shape', None)}")
@@ -146,7 +146,7 @@ def _numpy_generator(rng_key):
 
 
 def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsample: int = 5000,
-                  maxiter: int = 200, chunk_size: int = 8192, mean=0.0, rng_key=0) -> SphericalFit:
+                  num_steps: int = 200, chunk_size: int = 8192, mean=0.0, rng_key=0) -> SphericalFit:
     r"""Fit spherical harmonic features to N rows (up to millions) by the collapsed bound: the input map from a
     subsample MAP, the one-pass statistics of all rows, L-BFGS on the rest at O(M³) per step [1].
 
@@ -175,7 +175,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     :param map_feature: the features of stage 1 (default ``feature``); a lower degree makes stage 1
         cheaper at large M (the map needs only the coarse structure).
     :param subsample: rows of stage 1 (drawn without replacement with ``rng_key``; all rows when N is smaller).
-    :param maxiter: the most L-BFGS iterations of each stage.
+    :param num_steps: at most this many L-BFGS iterations in each stage.
     :param chunk_size: rows per chunk of stage 2 and of :meth:`SphericalFit.predict`.
     :param mean: a constant mean (a number; default 0).
     :param rng_key: the JAX PRNG key of the prior-median starting point, or an int (converted once with
@@ -185,7 +185,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
         ``info``, ``seconds``; ``predict(X_new)``).
     :raises ValueError: for a feature other than SphericalHarmonicFeatures, a non-Zonal kernel or one whose
         diagonal is not constant, a likelihood other than Gaussian, X or y of the wrong shape or with
-        NaN/inf, a non-positive ``subsample``, ``maxiter`` or ``chunk_size``.
+        NaN/inf, a non-positive ``subsample``, ``num_steps`` or ``chunk_size``.
 
     References:
         1. Dutordoir, Durrande, Hensman (2020), Sparse Gaussian processes with spherical harmonic
@@ -194,7 +194,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     """
     map_feature = feature if map_feature is None else map_feature
     generator, rng_key = _numpy_generator(rng_key), as_rng_key(rng_key)  # converted once
-    _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, maxiter, chunk_size)
+    _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, num_steps, chunk_size)
     N = X.shape[0]
     free_map = [f for f in feature.kuf_kernel_fields if not is_concrete(getattr(kernel, f))]
     seconds, v0, info0 = {"subsample": 0.0}, None, None
@@ -206,7 +206,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
             raise ValueError("X or y contains NaN or inf (in the subsample of stage 1)")
         small = CollapsedGP(map_feature, kernel, likelihood, mean)
         v0, info0 = map_lbfgs(small.model, small.hyperparameter_sites(), model_args=(jnp.asarray(Xs), jnp.asarray(ys)),
-                              maxiter=maxiter, rng_key=rng_key)
+                              num_steps=num_steps, rng_key=rng_key)
         kernel = kernel.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in free_map})
         seconds["subsample"] = time.perf_counter() - t0
     t0 = time.perf_counter()  # 2. one pass over all rows with the map fixed
@@ -216,7 +216,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     t0 = time.perf_counter()  # 3. MAP of σ², the shape of κ and the noise at O(M³) per evaluation
     sites = gp.hyperparameter_sites()
     init = None if v0 is None else {k: v0[k] for k in sites}
-    values, info = map_lbfgs(gp.model, sites, init=init, maxiter=maxiter, rng_key=rng_key)
+    values, info = map_lbfgs(gp.model, sites, init=init, num_steps=num_steps, rng_key=rng_key)
     seconds["optimise"] = time.perf_counter() - t0
     if v0 is not None:
         values.update({f"kernel_{f}": np.asarray(v0[f"kernel_{f}"]) for f in free_map})
