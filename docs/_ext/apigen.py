@@ -33,7 +33,7 @@ SECTIONS = [
     ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
     ("Stein particle inference", ["ppl_sparsegp.stein"]),
     ("Fits, sharding and data", ["ppl_sparsegp.saving", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets"]),
-    ("Internals: dispatchers, structured linear algebra, compatibility",
+    ("Internals: dispatchers, structured linear algebra, NumPyro internals",
      ["ppl_sparsegp.covariances", "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian", "ppl_sparsegp.linalg",
       "ppl_sparsegp.numpyro_internals"]),
 ]
