@@ -26,14 +26,6 @@ from .common import require_params, require_samples
 __all__ = ["GPModel"]
 
 
-
-
-
-
-
-
-
-
 def check_targets(X, y):
     """y as a real vector with one value per row of X, and at least one row; ``ValueError`` otherwise."""
     if jnp.iscomplexobj(y):
