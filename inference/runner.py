@@ -9,7 +9,7 @@ shares), and writes into ``--out`` (default ``runs/<model>-<method>/``):
   :data:`~ppl_sparsegp.diagnostics.MAX_POINTWISE` values per variable, see
   :func:`~ppl_sparsegp.diagnostics.from_svi`);
 * ``fit.npz`` (``--method svi`` and ``map``): the fitted approximation, which predicts without the
-  runner (:mod:`ppl_sparsegp.fits`; metadata: model, method, seed, steps, learning rate, final loss);
+  runner (:mod:`ppl_sparsegp.saving`; metadata: model, method, seed, steps, learning rate, final loss);
 * ``summary.txt``: ArviZ summary (mean, sd, HDI, ESS, R-hat) of the hyperparameters;
 * ``metrics.json``: the model's test metrics, the fit time and engine statistics;
 * PNG plots: the model's own plot (``fit.png``), the trace plot (NUTS) or the loss trace (SVI).
@@ -25,7 +25,7 @@ model was fitted on: models that standardise their data, e.g. ``uci_*``, predict
 
     import jax
     jax.config.update("jax_enable_x64", True)  # the runner fits in float64
-    from ppl_sparsegp.fits import load_fit, load_metadata
+    from ppl_sparsegp.saving import load_fit, load_metadata
 
     gp, params = load_fit("runs/solar-svi/fit.npz")
     pred = gp.predict(X_new, params=params)  # {"f_mean", "f_var", "y_mean", "y_var"}
@@ -44,13 +44,13 @@ from inference.benchmarks.harness import NonFiniteLossError, fit_nuts, fit_svi
 METHODS = ("svi", "nuts", "stein", "map")
 # fallbacks when neither the command line nor spec.defaults[method] sets a value
 DEFAULTS = {
-    "svi": {"steps": 5000, "lr": 0.01, "samples": 1000},
+    "svi": {"num_steps": 5000, "lr": 0.01, "samples": 1000},
     "nuts": {"warmup": 500, "samples": 500, "chains": 2, "target_accept": 0.9, "max_tree_depth": 10,
              "dense_mass": False},
-    "stein": {"steps": 2000, "lr": 0.01, "samples": 1000},
-    "map": {"steps": 500, "samples": 100},  # steps: the most L-BFGS iterations
+    "stein": {"num_steps": 2000, "lr": 0.01, "samples": 1000},
+    "map": {"num_steps": 500, "samples": 100},  # num_steps: the most L-BFGS iterations
 }
-SETTINGS = ("steps", "lr", "warmup", "samples", "chains", "target_accept", "max_tree_depth", "dense_mass")
+SETTINGS = ("num_steps", "lr", "warmup", "samples", "chains", "target_accept", "max_tree_depth", "dense_mass")
 
 
 def _parser(model_name=None, model_module=None):
@@ -63,7 +63,7 @@ def _parser(model_name=None, model_module=None):
     f.add_argument("model", help="model name (see `python -m inference list`)")
     f.add_argument("--method", choices=METHODS, default=None,
                    help="inference method (default: the model's first method)")
-    f.add_argument("--steps", type=int, help="SVI/Stein optimisation steps (map: the most L-BFGS iterations)")
+    f.add_argument("--num-steps", type=int, help="SVI/Stein optimisation steps (map: the most L-BFGS iterations)")
     f.add_argument("--lr", type=float, help="Adam learning rate (SVI/Stein)")
     f.add_argument("--optimizer", choices=("natgrad", "adam"), default="natgrad",
                    help="SVI: natural-gradient steps for q(u) alternating with Adam on the rest (default; "
@@ -105,7 +105,7 @@ def _configure_jax(chains):
     computation."""
     import jax
 
-    from ppl_sparsegp.compat import set_host_device_count
+    from ppl_sparsegp.numpyro_internals import set_host_device_count
 
     set_host_device_count(chains)
     jax.config.update("jax_enable_x64", True)
@@ -117,7 +117,7 @@ def _resolve(args, spec):
     for name in SETTINGS:
         if getattr(args, name) is None:
             setattr(args, name, given.get(name, DEFAULTS[args.method].get(name)))
-    for name in ("steps", "warmup", "samples", "chains", "max_tree_depth"):
+    for name in ("num_steps", "warmup", "samples", "chains", "max_tree_depth"):
         value, least = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < least:
             kind = "non-negative" if least == 0 else "positive"
@@ -146,11 +146,11 @@ def _fit_svi(spec, args, rng_key):
     key_fit, key_post = _split(rng_key)
     optim, elbo, used = svi_optimizer(gp, getattr(args, "optimizer", "natgrad"), args.lr,
                                       getattr(args, "gamma", None), spec.model_kwargs)
-    result, fit_time = fit_svi(gp, spec.X, spec.y, steps=args.steps, lr=args.lr, rng_key=key_fit, optim=optim,
+    result, fit_time = fit_svi(gp, spec.X, spec.y, steps=args.num_steps, lr=args.lr, rng_key=key_fit, optim=optim,
                                elbo=elbo, progress=args.progress, model_kwargs=spec.model_kwargs)
     idata = diagnostics.from_svi(result, gp, spec.X, spec.y, num_samples=args.samples,
                                  model_kwargs=spec.model_kwargs, rng_key=key_post)
-    stats = {"final_loss": float(result.losses[-1]), "steps": args.steps, "lr": args.lr, "optimizer": used}
+    stats = {"final_loss": float(result.losses[-1]), "num_steps": args.num_steps, "lr": args.lr, "optimizer": used}
     return idata, fit_time, stats
 
 
@@ -184,7 +184,7 @@ def _natgrad_ready(gp) -> bool:
     """Whether natural-gradient steps apply: a SparseGP (SVGP bound) whose guide has, per latent GP, a
     full, diagonal or equal-block q (params ``<site>_loc`` and ``<site>_scale_tril`` or ``<site>_scale``)."""
     from ppl_sparsegp import SparseGP
-    from ppl_sparsegp.approximations._shared import site_names
+    from ppl_sparsegp.approximations.common import site_names
 
     if not isinstance(gp, SparseGP) or gp.residual != "expected":
         return False
@@ -231,8 +231,8 @@ def _fit_map(spec, args, rng_key):
     gp = spec.gp
     _, key_post = _split(rng_key)
     values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(spec.X, spec.y),
-                             model_kwargs=spec.model_kwargs, init=spec.init, maxiter=args.steps,
-                             seed=args.seed)
+                             model_kwargs=spec.model_kwargs, init=spec.init, num_steps=args.num_steps,
+                             rng_key=args.seed)
     params = {f"{k}_map": v for k, v in values.items()}
     idata = diagnostics.from_svi(params, gp, spec.X, spec.y, num_samples=args.samples,
                                  model_kwargs=spec.model_kwargs, rng_key=key_post)
@@ -289,14 +289,14 @@ def _var_names(spec, idata):
 
 
 def _save_fit(spec, args, idata, path, fit_time, stats) -> list:
-    """Write the approximation and its SVI/MAP params to ``path`` (:func:`ppl_sparsegp.fits.save_fit`);
+    """Write the approximation and its SVI/MAP params to ``path`` (:func:`ppl_sparsegp.saving.save_fit`);
     a collapsed model keeps the training data it conditions on unless it holds precomputed statistics.
     A model the fit format cannot describe is reported, not fatal: ``[]`` then, else ``["fit.npz"]``."""
     from ppl_sparsegp import diagnostics
-    from ppl_sparsegp.fits import FitFileError, save_fit
+    from ppl_sparsegp.saving import FitFileError, save_fit
 
     gp = spec.gp if getattr(spec.gp, "precomputed", None) is not None else spec.gp.with_data(spec.X, spec.y)
-    metadata = {"model": spec.name, "method": args.method, "seed": args.seed, "steps": args.steps,
+    metadata = {"model": spec.name, "method": args.method, "seed": args.seed, "num_steps": args.num_steps,
                 "lr": args.lr, "fit_time_s": round(fit_time, 3),
                 "final_loss": stats.get("final_loss", stats.get("neg_log_joint")),
                 "num_train": int(len(spec.y)), "model_kwargs": {k: v for k, v in spec.model_kwargs.items()

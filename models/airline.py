@@ -204,7 +204,7 @@ def make_spherical_gp(X, y, *, max_degree: int = MAX_DEGREE, subsample: int = SU
     likelihood = Gaussian(variance=dist.LogNormal(math.log(0.5), 1.0))
     feature = SphericalHarmonicFeatures(D, max_degree)
     fit = fit_spherical(feature, kernel, likelihood, X, y, map_feature=SphericalHarmonicFeatures(D, min(max_degree, 3)),
-                        subsample=subsample, chunk_size=chunk_size, seed=1)
+                        subsample=subsample, chunk_size=chunk_size, rng_key=1)
     return fit.gp, fit
 
 
@@ -440,6 +440,6 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="airline", gp=gp, X=data["X"][sub], y=data["y"][sub], X_test=data["X_test"][:n_test],
         y_test=data["y_test"][:n_test], methods=("map", "svi", "nuts"),
-        defaults={"svi": {"steps": 1500, "lr": 0.03, "samples": 10},
+        defaults={"svi": {"num_steps": 1500, "lr": 0.03, "samples": 10},
                   "nuts": {"warmup": 200, "samples": 200, "chains": 2, "max_tree_depth": 6}},
         var_names=list(gp.hyperparameter_sites()), plot=plot, evaluate=evaluate, extra=extra)

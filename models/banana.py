@@ -51,7 +51,7 @@ def build(args) -> ModelSpec:
     gp = SparseGP(feature, kernel, Bernoulli(), q_cov=Q_COV[getattr(args, "q_cov", "two-kron")])
     return ModelSpec(name="banana", gp=gp, X=jnp.asarray(X[train]), y=jnp.asarray(y[train]),
                      X_test=jnp.asarray(X[test]), y_test=jnp.asarray(y[test]), methods=("svi", "nuts"),
-                     defaults={"svi": {"steps": 3000, "lr": 0.02},
+                     defaults={"svi": {"num_steps": 3000, "lr": 0.02},
                                "nuts": {"warmup": 500, "samples": 500, "chains": 2}},
                      evaluate=evaluate, plot=plot)
 

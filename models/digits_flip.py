@@ -112,7 +112,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name=f"digits_flip[{args.features} {label}]", gp=gp, X=X, y=y, X_test=X_test, y_test=y_test,
         model_kwargs={"batch_size": min(args.batch_size, len(X))}, methods=("svi",),
-        defaults={"svi": {"steps": 2000, "lr": 0.01, "samples": 100}}, evaluate=evaluate)
+        defaults={"svi": {"num_steps": 2000, "lr": 0.01, "samples": 100}}, evaluate=evaluate)
 
 
 def metrics(gp, params, X_test, y_test) -> dict:

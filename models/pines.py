@@ -40,7 +40,7 @@ TOLERANCE = 0.007  # prior variance left unresolved at ELL_MIN: M = 42 (83 featu
 RESIDUAL = "none"
 # 2500 draws per chain: at 2000, min bulk ESS (ℓ₁) measured 471 and 396 on two versions of the library whose
 # arithmetic differed only in order: too close to the 400 the main job promises
-DEFAULTS = {"nuts": {"warmup": 500, "samples": 2500, "chains": 4}, "svi": {"steps": 3000, "lr": 0.01}}
+DEFAULTS = {"nuts": {"warmup": 500, "samples": 2500, "chains": 4}, "svi": {"num_steps": 3000, "lr": 0.01}}
 # NUTS starts the hyperparameters here: the prior median of Gamma(0.1, 1) is ℓ ≈ 6e-4, far below a cell,
 # where the likelihood is flat in ℓ (a chain of the exact GP started there never moved)
 INIT = {"kernel_0_variance": 1.0, "kernel_0_lengthscale": 0.1, "kernel_1_lengthscale": 0.1,

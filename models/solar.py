@@ -127,7 +127,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="solar", gp=gp, X=data["X"], y=data["y"], X_test=data["X_test"], y_test=data["y_test"],
         methods=("svi", "nuts"),
-        defaults={"svi": {"steps": 5000, "lr": 0.01, "samples": 1000},
+        defaults={"svi": {"num_steps": 5000, "lr": 0.01, "samples": 1000},
                   # the whitened posterior is narrow along data-determined directions: NUTS trees reach
                   # depth 8 (255 leapfrog steps, ~0.6 ms each on one CPU core); cap the cost there
                   "nuts": {"warmup": 500, "samples": 500, "chains": 2, "max_tree_depth": 8}},

@@ -26,7 +26,7 @@ with ``--init-seed 1``; tolerance 5 %), test RMSE 0.098 and NLPD −0.88, in abo
 (66 s for fit and check; 3–3.5 min while other jobs shared the cores). The check is HKD's Nyström trace
 error [1, Eq. 24] over the prior variance (``tests/test_models_uci_hkd.py`` checks it against a dense
 computation). It fails where the fit stops short: ``--optimizer adam`` stops at ℓ ≈ 3.8 (RMSE 0.111,
-40 s), where the same inducing inputs miss 12 %, and ``--steps 1500 --lr 0.02`` leaves 5.8 %. Read the
+40 s), where the same inducing inputs miss 12 %, and ``--num-steps 1500 --lr 0.02`` leaves 5.8 %. Read the
 harmonic features' gain against ``--features inducing`` at equal M (SVGP with the 256 k-means centres
 misses 3.5 % at ℓ = 5.5, at a cost cubic in M rather than in m).
 
@@ -123,7 +123,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name=f"uci_hkd[{args.dataset}/{args.features} {label}]", gp=gp, X=X, y=y, X_test=X_test,
         y_test=y_test_raw, model_kwargs={"batch_size": min(args.batch_size, X.shape[0])},
-        methods=("svi",), defaults={"svi": {"steps": 3000, "lr": 0.01}}, evaluate=evaluate,
+        methods=("svi",), defaults={"svi": {"num_steps": 3000, "lr": 0.01}}, evaluate=evaluate,
         extra={"scaler": scaler})
 
 

@@ -126,12 +126,12 @@ def add_arguments(parser):
 def run_stein(spec: ModelSpec, args, rng_key):
     """Fit M-SRFR through SteinVI; returns ``(SteinResult, InferenceData)``: posterior with a
     ``particle`` dim, sample_stats with the Stein force trace and per-particle log marginal likelihood,
-    test metrics in ``posterior.attrs``. ``args.steps`` and ``args.lr`` (the particles' Adam step) override
+    test metrics in ``posterior.attrs``. ``args.num_steps`` and ``args.lr`` (the particles' Adam step) override
     the defaults when set; everything else is the data set's M-SRFR setting (``spec.extra["msrfr"]``).
     ``posterior.attrs["training_time_s"]``: the wall-clock time of the fit, compilation included."""
     settings = dict(spec.extra["msrfr"])
-    if getattr(args, "steps", None):
-        settings["num_steps"] = int(args.steps)
+    if getattr(args, "num_steps", None):
+        settings["num_steps"] = int(args.num_steps)
     if getattr(args, "lr", None):
         settings["lr"] = float(args.lr)
     start = time.perf_counter()
@@ -185,8 +185,8 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="uci_ssgp", gp=gp, X=jnp.asarray(Xtr), y=jnp.asarray(ytr), X_test=jnp.asarray(Xte),
         y_test=jnp.asarray(yte), methods=("stein", "svi"),
-        defaults={"stein": {"steps": NUM_STEPS, "lr": DATASETS[name]["lr"], "samples": 1},
-                  "svi": {"steps": NUM_STEPS, "lr": 0.01}},
+        defaults={"stein": {"num_steps": NUM_STEPS, "lr": DATASETS[name]["lr"], "samples": 1},
+                  "svi": {"num_steps": NUM_STEPS, "lr": 0.01}},
         var_names=["kernel_lengthscale"] if DATASETS[name]["learn_lengthscale"] else None,
         plot=plot, evaluate=evaluate,
         extra={"stein": run_stein, "msrfr": msrfr_settings(name), "dataset": name, "split": seed,

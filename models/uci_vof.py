@@ -36,13 +36,9 @@ from models import ModelSpec
 from ppl_sparsegp import Additive, InducingPoints, Matern32, Matern52, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.datasets import standardise
 from ppl_sparsegp.diagnostics import nlpd, rmse
-from ppl_sparsegp.features.orthogonal import (
-    ESTIMATORS,
-    AdditiveOrthogonal,
-    HermiteFeatures,
-    TrigonometricFeatures,
-    quadrature_nodes,
-)
+from ppl_sparsegp.features.combinations import AdditiveOrthogonal
+from ppl_sparsegp.features.hermite import HermiteFeatures
+from ppl_sparsegp.features.trigonometric import ESTIMATORS, TrigonometricFeatures, quadrature_nodes
 from ppl_sparsegp.likelihoods import Gaussian
 
 from .vof_regression import svi_params
@@ -152,7 +148,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name=f"uci_vof[{args.dataset}/{args.features}]", gp=gp, X=X, y=y, X_test=X_test, y_test=yte,
         model_kwargs={} if batch is None else {"batch_size": batch},
-        methods=("svi",), defaults={"svi": {"steps": 5000, "lr": 1e-2}},
+        methods=("svi",), defaults={"svi": {"num_steps": 5000, "lr": 1e-2}},
         evaluate=evaluate, extra={"scaler": scaler, "y_test_raw": yte})
 
 

@@ -22,7 +22,7 @@ from numpyro.distributions import constraints
 
 from models import ModelSpec
 from ppl_sparsegp import Matern52, Param, SparseGP
-from ppl_sparsegp.features.orthogonal import ESTIMATORS, TrigonometricFeatures
+from ppl_sparsegp.features.trigonometric import ESTIMATORS, TrigonometricFeatures
 from ppl_sparsegp.likelihoods import Gaussian
 
 DESCRIPTION = ("1-D regression with trigonometric VOF (Burt et al. 2020, Fig. 2): N=80, Matérn-5/2, band and M by "
@@ -90,7 +90,7 @@ def build(args) -> ModelSpec:
     return ModelSpec(
         name="vof_regression", gp=gp, X=X, y=y, X_test=X_test, y_test=None,
         methods=("svi", "nuts"),  # NUTS sees the deterministic quadrature (no seed in its potential)
-        defaults={"svi": {"steps": 5000, "lr": 1e-2}, "nuts": {"warmup": 500, "samples": 500}},
+        defaults={"svi": {"num_steps": 5000, "lr": 1e-2}, "nuts": {"warmup": 500, "samples": 500}},
         plot=plot, evaluate=evaluate,
         extra={"exact_mean": mean, "exact_var": var})
 

@@ -23,7 +23,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import SVI, TraceMeanField_ELBO
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.features.orthogonal import TrigonometricFeatures
+from ppl_sparsegp.features.trigonometric import TrigonometricFeatures
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.optim import NaturalGradient
 

@@ -4,7 +4,7 @@ Architecture (floors run bottom-up; a module imports only from lower floors and,
 from siblings that do not import it back, which ``tests/test_layers.py`` checks; the file list is
 ``docs/architecture.md``, which a test keeps complete):
 
-* 0: :mod:`.compat` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
+* 0: :mod:`.numpyro_internals` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
   fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
   per-device blocks), :mod:`.datasets`;
 * 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
@@ -16,7 +16,7 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 * 6: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
   :mod:`.optim` (natural-gradient steps for q(u) inside SVI, AdamW, schedules);
 * 7: :mod:`.stein` (Stein particle inference); 8: :mod:`.diagnostics` (every ArviZ call, metrics,
-  plots); 9: :mod:`.fits` (saving and loading fits).
+  plots); 9: :mod:`.saving` (saving and loading fits).
 
 A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
@@ -24,7 +24,7 @@ registration where its structure allows something faster), its import in ``featu
 the registrations never run) and its tests; ``features/integral_transform.py`` is the example. The
 approximations do not change.
 """
-from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
+from . import datasets, diagnostics, groups, kernels, likelihoods, linalg, numpyro_internals, optim, stein  # noqa: F401
 from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__version__)
 from .approximations import (
                              CollapsedGP,
@@ -53,8 +53,10 @@ from .features import (
                              FourierFeatures,
                              HarmonicFeatures,
                              HermiteFeatures,
+                             ImportanceFourierFeatures,
                              InducingFeature,
                              InducingPoints,
+                             IntegralTransformFeatures,
                              KroneckerFeatures,
                              RandomFourierFeatures,
                              SphericalHarmonicFeatures,
@@ -87,7 +89,8 @@ __all__ = [
     # features and their dispatchers
     "InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
     "HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "HarmonicFeatures",
-    "RandomFourierFeatures", "SphericalHarmonicFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics",
+    "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures", "IntegralTransformFeatures",
+    "Kuu", "Kuf", "conditional", "sufficient_statistics",
     "SufficientStatistics",
     # q families
     "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
@@ -100,5 +103,5 @@ __all__ = [
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
-    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein",
+    "numpyro_internals", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein",
 ]

@@ -55,8 +55,8 @@ def _projection_of(Kmm, Kmn, whiten):
 
 
 @conditional.register(object)
-def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None, key=None):
-    """The default: every feature whose Kuf is computed exactly (``key`` is not used)."""
+def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None, rng_key=None):
+    """The default: every feature whose Kuf is computed exactly (``rng_key`` is not used)."""
     Kmm = Kuu(feature, kernel) if Kmm is None else Kmm
     Kmn = Kuf(feature, kernel, X)
     return _mean_of(Kmm, Kmn, q_mu, whiten), _var_of(Kmm, Kmn, kernel.diag(X), q_cov, whiten)

@@ -3,7 +3,7 @@ r"""The ground-floor dispatchers every feature family registers into (as GPflow'
 * ``Kuu(feature, kernel)`` → a :mod:`~ppl_sparsegp.linalg` operator: the covariance of the inducing
   variables;
 * ``Kuf(feature, kernel, X)`` → (M, N) array: cov(u, f(X));
-* ``conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None)`` →
+* ``conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, rng_key=None)`` →
   (mean, var): the q(f(X)) marginals (the default lives in :mod:`ppl_sparsegp.conditionals`; a family
   overrides it only where its structure demands);
 * ``sufficient_statistics(feature, kernel, X, y, **options)`` → :class:`SufficientStatistics`: the data
@@ -124,7 +124,7 @@ The cross-covariance :math:`K_{uf} = \operatorname{cov}(\mathbf u, f(X))`.
 :returns: an (M, N) array.
 :raises NotImplementedError: when no family registered this (feature, kernel) pair.""")
 conditional = FeatureDispatcher(
-    "conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, whiten=False, Kmm=None, key=None)
+    "conditional", r"""conditional(feature, kernel, X, q_mu, q_cov=None, whiten=False, Kmm=None, rng_key=None)
 
 The marginals of :math:`q(f(X))` for :math:`q(\mathbf u) = \mathcal N(\mathbf m, S)` (or of
 :math:`p(f \mid \mathbf u = \mathbf m)` when ``q_cov`` is None):
@@ -138,9 +138,10 @@ a family registers a faster one where its structure allows.
 :param X: inputs (N, D) or a Grid.
 :param q_mu: the mean (M,) of q(u) (of q(v) when ``whiten``).
 :param q_cov: its covariance, a LinearOperator (M, M), or None for the conditional at ``u = q_mu``.
-:param whiten: (keyword-only, as ``Kmm`` and ``key``) read ``q_mu``, ``q_cov`` as the distribution of v with u = R v.
+:param whiten: (keyword-only, as ``Kmm`` and ``rng_key``) read ``q_mu``, ``q_cov`` as the distribution of v with
+    u = R v.
 :param Kmm: a precomputed :data:`Kuu` (optional).
-:param key: a PRNG key for the families that estimate Kuf by Monte Carlo (trigonometric VOF with a
+:param rng_key: a PRNG key for the families that estimate Kuf by Monte Carlo (trigonometric VOF with a
     stochastic estimator); without it they use their deterministic quadrature.
 :returns: ``(mean, var)``, each (N,).""")
 kuf_basis = Dispatcher("kuf_basis", r"""kuf_basis(feature, kernel, X)

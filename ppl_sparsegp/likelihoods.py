@@ -123,9 +123,9 @@ class Likelihood(Module):
         return self.dist(f).log_prob(y)
 
     # -- Gaussian integrals ------------------------------------------------------------------------
-    def variational_expectation(self, y, mean, var, key=None):
+    def variational_expectation(self, y, mean, var, rng_key=None):
         r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
-        ``key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
+        ``rng_key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
 
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
@@ -217,7 +217,7 @@ class Gaussian(Likelihood):
         s2 = self._param("variance", _float_dtype(f))
         return dist.Normal(f, jnp.sqrt(s2))
 
-    def variational_expectation(self, y, mean, var, key=None):
+    def variational_expectation(self, y, mean, var, rng_key=None):
         dtype = _float_dtype(mean, var)
         s2 = self._param("variance", dtype)
         y = _as_float(y, dtype)
@@ -326,7 +326,7 @@ class Poisson(Likelihood):
         # y (f + log Δ) − Δ e^f − log y!   (no underflow of the rate to 0)
         return y * (f + jnp.log(expo)) - expo * jnp.exp(f) - gammaln(y + 1.0)
 
-    def variational_expectation(self, y, mean, var, key=None):
+    def variational_expectation(self, y, mean, var, rng_key=None):
         dtype = _float_dtype(mean, var)
         expo = self._param("exposure", dtype)
         y = _as_float(y, dtype)
@@ -421,7 +421,7 @@ class MulticlassLikelihood(Likelihood):
             bad = np.unique(arr[(arr != np.floor(arr)) | (arr < 0) | (arr >= C)])[:5]
             raise ValueError(f"{name}: labels must be integers in 0..{C - 1}, got values {bad.tolist()}")
 
-    def class_probabilities(self, mean, var, key=None):
+    def class_probabilities(self, mean, var, rng_key=None):
         """:math:`p(y = c) = \\int p(c\\mid\\mathbf f)q(\\mathbf f)d\\mathbf f`, shape (..., C)."""
         raise NotImplementedError
 
@@ -462,19 +462,19 @@ class Softmax(MulticlassLikelihood):
     def dist(self, f):
         return dist.CategoricalLogits(jnp.asarray(f))
 
-    def _draws(self, mean, var, key, num_samples):
-        key = jax.random.PRNGKey(0) if key is None else key
-        eps = jax.random.normal(key, (num_samples,) + jnp.shape(mean), dtype=jnp.result_type(mean, float))
+    def _draws(self, mean, var, rng_key, num_samples):
+        rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
+        eps = jax.random.normal(rng_key, (num_samples,) + jnp.shape(mean), dtype=jnp.result_type(mean, float))
         return mean + jnp.sqrt(var) * eps
 
-    def variational_expectation(self, y, mean, var, key=None):
+    def variational_expectation(self, y, mean, var, rng_key=None):
         y = jnp.asarray(y).astype(jnp.int32)
         m_y = jnp.take_along_axis(mean, y[..., None], axis=-1)[..., 0]
-        lse = jnp.mean(logsumexp(self._draws(mean, var, key, self.num_samples), axis=-1), axis=0)
+        lse = jnp.mean(logsumexp(self._draws(mean, var, rng_key, self.num_samples), axis=-1), axis=0)
         return m_y - lse  # E log softmax_y = m_y − E logsumexp(f)
 
-    def class_probabilities(self, mean, var, key=None, num_samples=None):
-        f = self._draws(mean, var, key, num_samples or 4 * self.num_samples)
+    def class_probabilities(self, mean, var, rng_key=None, num_samples=None):
+        f = self._draws(mean, var, rng_key, num_samples or 4 * self.num_samples)
         return jnp.mean(jax.nn.softmax(f, axis=-1), axis=0)
 
 
@@ -519,12 +519,12 @@ class RobustMax(MulticlassLikelihood):
 
         return gauss_hermite(others_below, m_y, v_y, self.num_points)
 
-    def variational_expectation(self, y, mean, var, key=None):
+    def variational_expectation(self, y, mean, var, rng_key=None):
         eps = self._param("epsilon", jnp.result_type(mean, float))
         P = self.argmax_probability(y, mean, var)
         return P * jnp.log1p(-eps) + (1.0 - P) * jnp.log(eps / (self.num_classes - 1))
 
-    def class_probabilities(self, mean, var, key=None):
+    def class_probabilities(self, mean, var, rng_key=None):
         eps = self._param("epsilon", jnp.result_type(mean, float))
         C = self.num_classes
         P = jax.vmap(lambda c: self.argmax_probability(jnp.full(jnp.shape(mean)[:-1], c), mean, var),

@@ -27,7 +27,7 @@ from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
            "check_value", "debug_checks", "stack_modules", "check_positive_prior",
-           "check_concrete_module", "free_leaves"]
+           "check_concrete_module", "free_leaves", "as_rng_key"]
 
 
 class Param:
@@ -188,7 +188,7 @@ class Module:
     _static: tuple = ()
     _positive: tuple = ()
     #: ``{static field: value}`` for static fields added after a release, so that a fit file written
-    #: before them still loads (:func:`~ppl_sparsegp.fits.load_fit` fills them in)
+    #: before them still loads (:func:`~ppl_sparsegp.saving.load_fit` fills them in)
     _static_defaults: dict = {}
 
     def __init_subclass__(cls, **kwargs):
@@ -358,3 +358,18 @@ def free_sites(template, prefix: str = "") -> dict:
 
     _walk(template, prefix, on_leaf, check=True)
     return out
+
+
+def as_rng_key(rng_key, name: str = "rng_key"):
+    """A JAX PRNG key from ``rng_key``: a key is returned as it is, an int ``s`` becomes
+    ``jax.random.PRNGKey(s)`` (the library's one conversion of an integer seed).
+
+    :param rng_key: a JAX PRNG key (``jax.random.PRNGKey(s)`` or ``jax.random.key(s)``) or an int.
+    :param name: the argument's name, for the error.
+    :raises TypeError: for anything else (a float, None, an array that is not a key)."""
+    if isinstance(rng_key, (int, np.integer)) and not isinstance(rng_key, bool):
+        return jax.random.PRNGKey(int(rng_key))
+    if hasattr(rng_key, "dtype") and (jax.dtypes.issubdtype(rng_key.dtype, jax.dtypes.prng_key)
+                                      or (rng_key.dtype == jnp.uint32 and jnp.shape(rng_key)[-1:] == (2,))):
+        return rng_key
+    raise TypeError(f"{name} must be a JAX PRNG key (jax.random.PRNGKey(0)) or an int, got {rng_key!r}")

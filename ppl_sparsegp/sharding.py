@@ -262,7 +262,7 @@ def find_data_mesh(*arrays, axis: str = DATA_AXIS):
     return None
 
 
-def map_rows(fn, *rows, key=None, out_rows=0, axis: str = DATA_AXIS):
+def map_rows(fn, *rows, rng_key=None, out_rows=0, axis: str = DATA_AXIS):
     """``fn(*rows)`` computed block by block where the rows live.
 
     ``fn`` maps arrays whose leading axis is the data rows to a pytree of per-row arrays, e.g. the
@@ -273,8 +273,8 @@ def map_rows(fn, *rows, key=None, out_rows=0, axis: str = DATA_AXIS):
     all-reduce of one number per device); otherwise it is simply ``fn(*rows)``. Gradients flow through
     both: the cotangents of the replicated values are summed over the blocks once, at the boundary.
 
-    :param key: a PRNG key for a Monte Carlo ``fn``, passed as ``fn(*rows, key=...)``: unchanged when not
-        sharded, and with the block index folded in per block (independent draws per block; the values
+    :param rng_key: a PRNG key for a Monte Carlo ``fn``, passed as ``fn(*rows, rng_key=...)``: unchanged when
+        not sharded, and with the block index folded in per block (independent draws per block; the values
         then differ from the unsharded run's, their distribution does not).
     :param out_rows: the axis of the outputs that runs over the rows: an int for every output (default
         0), or a pytree of ints, a prefix of the output's (e.g. ``(1, 0)`` for a (K, N) mean and an (N,)
@@ -284,15 +284,15 @@ def map_rows(fn, *rows, key=None, out_rows=0, axis: str = DATA_AXIS):
         raise ValueError("map_rows: give at least one array of rows")
     mesh = find_data_mesh(*rows, axis=axis)
     n = np.shape(rows[0])[0] if mesh is not None else None
-    call = fn if key is None else (lambda *r: fn(*r, key=key))
+    call = fn if rng_key is None else (lambda *r: fn(*r, rng_key=rng_key))
     if mesh is None or n % mesh.shape[axis] or any(not isinstance(r, (jax.Array, np.ndarray))
                                                   or np.shape(r)[0] != n for r in rows):
         return call(*rows)
 
     def block(*blocks):
-        if key is None:
+        if rng_key is None:
             return fn(*blocks)
-        return fn(*blocks, key=jax.random.fold_in(key, jax.lax.axis_index(axis)))
+        return fn(*blocks, rng_key=jax.random.fold_in(rng_key, jax.lax.axis_index(axis)))
 
     def spec(i):
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:

@@ -37,7 +37,7 @@ Why a subclass of SteinVI (:class:`FrequencySteinVI`): SteinVI supports matrix-v
 generic divergence :math:`\sum_b\partial K_{ab}/\partial x_b` takes one gradient per matrix entry,
 :math:`O((RD)^3)` per particle pair: infeasible for R·D ≈ 1000. The subclass only replaces that
 computation for the structured kernel (closed form, :math:`O(R^2D)`), through the hook of
-:class:`~ppl_sparsegp.compat.SteinVIWithDivergence` (SteinVI has no public one; the compatibility module
+:class:`~ppl_sparsegp.numpyro_internals.SteinVIWithDivergence` (SteinVI has no public one; the compatibility module
 holds the private override); initialisation, the Stein loss, the non-mixture parameters, temperatures
 and the optimiser are SteinVI's own. With the stock class the same kernel gives the same update
 (tested), only slowly.
@@ -69,9 +69,9 @@ from jax import lax
 from numpyro.contrib.einstein.stein_kernels import SteinKernel
 
 from .approximations.spectrum import SparseSpectrumGP
-from .compat import SteinVIWithDivergence
 from .features.random_fourier import SpectralDensity, sample_frequencies
 from .kernels import check_inputs
+from .numpyro_internals import SteinVIWithDivergence
 from .optim import AdamW, cyclical_annealing
 
 __all__ = ["FrequencyRBFKernel", "FrequencyBlockMatrix", "FrequencySteinVI", "pairwise_median_sq", "AdamW",
@@ -231,7 +231,7 @@ class FrequencySteinVI(SteinVIWithDivergence):
     The constructor is SteinVI's own, unchanged, and adds no parameter: its parameters (model, guide,
     optim, kernel_fn, num_stein_particles, num_elbo_particles, loss_temperature, repulsion_temperature,
     non_mixture_guide_params_fn, static_kwargs) are listed on
-    :class:`~ppl_sparsegp.compat.SteinVIWithDivergence` and :class:`numpyro.contrib.einstein.SteinVI`.
+    :class:`~ppl_sparsegp.numpyro_internals.SteinVIWithDivergence` and :class:`numpyro.contrib.einstein.SteinVI`.
     """
 
     def kernel_divergence(self, kernel, x, y):

@@ -28,7 +28,7 @@ from ppl_sparsegp.features import (
     SphericalHarmonicFeatures,
 )
 from ppl_sparsegp.features.spherical import spherical_statistics
-from ppl_sparsegp.fits import load_fit, save_fit
+from ppl_sparsegp.saving import load_fit, save_fit
 
 jax.config.update("jax_enable_x64", True)
 

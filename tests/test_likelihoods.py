@@ -472,7 +472,7 @@ def test_softmax_against_tensor_product_quadrature():
     np.testing.assert_allclose(jax.jit(lik.class_probabilities)(mean, var), probs_ref, atol=1.5e-2)
     small = Softmax(C, num_samples=4)
     keys = jax.random.split(jax.random.PRNGKey(1), 4000)
-    draws = jax.jit(jax.vmap(lambda k: small.variational_expectation(y, mean, var, key=k)))(keys)
+    draws = jax.jit(jax.vmap(lambda k: small.variational_expectation(y, mean, var, rng_key=k)))(keys)
     se = np.asarray(draws.std(0)) / np.sqrt(len(keys))
     assert np.all(np.abs(np.asarray(draws.mean(0)) - ve_ref) < 4 * se)
 

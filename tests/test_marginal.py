@@ -191,7 +191,7 @@ def test_bad_inputs_get_clear_errors():
         run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, SIGMA, mean_basis=H))
     with pytest.raises(ValueError, match="mean_basis must be"):
         run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, SIGMA, mean_basis=H[:-1], mean_prior=BETA))
-    with pytest.raises(ValueError, match="noise must be positive"):
+    with pytest.raises(ValueError, match="noise_scale must be positive"):
         run(lambda: psg.marginal_spectral_gp("y", TREND, x, y, -1.0))
     with pytest.raises(ValueError, match="y contains NaN"):
         run(lambda: psg.marginal_spectral_gp("y", TREND, x, np.where(x > 1, np.nan, y), SIGMA))

@@ -25,11 +25,11 @@ def csv_path(tmp_path_factory):
     return path
 
 
-@pytest.mark.slow  # two fits through the CLI (map and svi); the pieces: test_optimise, test_collapsed
+@pytest.mark.slow  # two fits through the CLI (map and svi); the pieces: test_map_estimate, test_collapsed
 def test_fit_unseen_csv_through_runner(csv_path, tmp_path):
     out = tmp_path / "run"
     result = main(["fit", "airline", "--csv", str(csv_path), "--target", "zeta", "--covariates",
-                   "alpha,beta,gamma", "--num-frequencies", "8", "--method", "svi", "--steps", "40", "--lr",
+                   "alpha,beta,gamma", "--num-frequencies", "8", "--method", "svi", "--num-steps", "40", "--lr",
                    "0.05", "--samples", "2", "--out", str(out), "--no-progress"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert {p.name for p in result["plots"]} >= {"fit.png", "loss.png"}

@@ -42,7 +42,7 @@ def dense_mixture_metrics(spec, W, ell, noise):
 @pytest.mark.parametrize("method", ["stein", "svi"])
 def test_fit_uci_ssgp(method, tmp_path):
     out = tmp_path / method
-    main(["fit", "uci_ssgp", "--dataset", "energy", "--method", method, "--steps", "25", "--out", str(out),
+    main(["fit", "uci_ssgp", "--dataset", "energy", "--method", method, "--num-steps", "25", "--out", str(out),
           "--no-progress"])
     for name in ("idata.nc", "summary.txt", "metrics.json", "fit.png"):
         assert (out / name).is_file(), name

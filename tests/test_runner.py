@@ -42,7 +42,7 @@ def check_outputs(out, method):
 @pytest.mark.slow  # the SVI loop: test_fit_svi_in_blocks_is_adam_on_the_loss; the CLI end to end: pines NUTS
 def test_fit_solar_svi(tmp_path):
     out = tmp_path / "svi"
-    result = main(["fit", "solar", "--method", "svi", "--steps", "50", "--samples", "50", "--lr", "0.02",
+    result = main(["fit", "solar", "--method", "svi", "--num-steps", "50", "--samples", "50", "--lr", "0.02",
                    "--num-inducing", str(M), "--out", str(out), "--no-progress"])
     idata, metrics = check_outputs(out, "svi")
     assert (out / "loss.png").is_file()
@@ -84,7 +84,7 @@ def test_list(capsys):
     (["fit", "nope"], "unknown model 'nope'; available models: .*solar"),
     (["fit", "solar", "--method", "bogus"], "invalid choice: 'bogus'"),
     (["fit", "solar", "--method", "stein"], "does not support --method stein; supported: svi, nuts"),
-    (["fit", "solar", "--steps", "0"], "--steps must be positive"),
+    (["fit", "solar", "--num-steps", "0"], "--num-steps must be positive"),
     (["fit", "solar", "--num-inducing", "0"], "--num-inducing must be a positive integer"),
 ])
 def test_bad_inputs(argv, message, capsys):
@@ -140,7 +140,7 @@ def test_missing_files_and_folders_are_one_line_errors(tmp_path, capsys):
     line = user_error(["fit", "uci_vof", "--data-dir", str(tmp_path / "nowhere")], capsys)
     assert "UCI data set 'yacht' not found under" in line and "set --data-dir" in line
     (tmp_path / "a_file").write_text("")  # raised inside fit, after the model is built
-    line = user_error(["fit", "solar", "--steps", "1", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--num-steps", "1", "--num-inducing", "5",
                        "--out", str(tmp_path / "a_file" / "run")], capsys)
     assert "Not a directory" in line
 
@@ -263,11 +263,11 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
     import re
     from types import SimpleNamespace
 
-    from ppl_sparsegp.fits import load_fit, load_metadata
+    from ppl_sparsegp.saving import load_fit, load_metadata
 
     for collapsed in (False, True):
         out = tmp_path / f"svi-{collapsed}"
-        argv = ["fit", "solar", "--method", "svi", "--steps", "30", "--samples", "20", "--num-inducing", str(M),
+        argv = ["fit", "solar", "--method", "svi", "--num-steps", "30", "--samples", "20", "--num-inducing", str(M),
                 "--out", str(out), "--no-progress"] + (["--collapsed"] if collapsed else [])
         result = main(argv)
         gp, params = load_fit(out / "fit.npz")
@@ -277,10 +277,10 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
         for key in ("f_mean", "f_var", "y_mean", "y_var"):
             np.testing.assert_allclose(ours[key], ref[key], rtol=1e-12, atol=1e-14)
         meta = load_metadata(out / "fit.npz")["metadata"]
-        assert meta["model"] == "solar" and meta["steps"] == 30
+        assert meta["model"] == "solar" and meta["num_steps"] == 30
         assert meta["final_loss"] == result["metrics"]["final_loss"]
     capsys.readouterr()  # the fits' own output
-    line = user_error(["fit", "solar", "--method", "svi", "--steps", "30", "--lr", "1e30", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "30", "--lr", "1e30", "--num-inducing", "5",
                        "--out", str(tmp_path / "nan")], capsys)
     assert re.search(r"SVI stopped at step \d+ of 30: the loss is .* not finite: .*Lower the learning rate", line)
 

@@ -105,20 +105,20 @@ def test_map_rows_blocks_keys_and_output_axes():
     Xs, _ = shard_data(X, None)
     key = jax.random.PRNGKey(3)
 
-    def fn(x, key=None):
-        noise = jax.random.normal(key, x.shape[:1])
+    def fn(x, rng_key=None):
+        noise = jax.random.normal(rng_key, x.shape[:1])
         return jnp.stack([x[:, 0], 2 * x[:, 0]]), x[:, 0] ** 2 + noise  # (2, rows) and (rows,)
 
-    for call in (lambda X: map_rows(fn, X, key=key, out_rows=(1, 0)), jax.jit(
-            lambda X: map_rows(fn, X, key=key, out_rows=(1, 0)))):
+    for call in (lambda X: map_rows(fn, X, rng_key=key, out_rows=(1, 0)), jax.jit(
+            lambda X: map_rows(fn, X, rng_key=key, out_rows=(1, 0)))):
         a, b = call(Xs)
-        blocks = [fn(X[4 * s:4 * s + 4], key=jax.random.fold_in(key, s)) for s in range(2)]
+        blocks = [fn(X[4 * s:4 * s + 4], rng_key=jax.random.fold_in(key, s)) for s in range(2)]
         np.testing.assert_allclose(a, np.concatenate([blk[0] for blk in blocks], axis=1), rtol=1e-15)
         np.testing.assert_allclose(b, np.concatenate([blk[1] for blk in blocks]), rtol=1e-15)
-    a, b = map_rows(fn, jnp.asarray(X), key=key, out_rows=(1, 0))  # one device: exactly fn(X, key)
-    np.testing.assert_array_equal(b, fn(jnp.asarray(X), key=key)[1])
+    a, b = map_rows(fn, jnp.asarray(X), rng_key=key, out_rows=(1, 0))  # one device: exactly fn(X, key)
+    np.testing.assert_array_equal(b, fn(jnp.asarray(X), rng_key=key)[1])
     with pytest.raises(ValueError, match="out_rows must hold non-negative ints"):
-        map_rows(fn, Xs, key=key, out_rows=-1)
+        map_rows(fn, Xs, rng_key=key, out_rows=-1)
 
 
 # --- the likelihood where the data live -----------------------------------------------------------------

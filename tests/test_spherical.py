@@ -515,7 +515,7 @@ def test_nuts_over_the_map_and_kernel_hyperparameters_and_spectral_gp_and_adequa
 
 @pytest.mark.slow
 def test_save_and_load_fit(tmp_path):
-    from ppl_sparsegp.fits import load_fit, save_fit
+    from ppl_sparsegp.saving import load_fit, save_fit
     X, y = regression_data(80, 2)
     kernel = ChordalMatern(1.5, 1.0, 1.5, 1.0, 0.5)
     gp = psg.SparseGP(SphericalHarmonicFeatures(2, 5), kernel, Gaussian(0.01))
@@ -558,7 +558,7 @@ def test_refined_arccos_features_built_with_the_kernel_skip_exactly_its_vanishin
 def test_save_and_load_fit_keeps_the_vanishing_rule_of_arccos_features(tmp_path):
     """The features' vanishing-degree rule (a class and its static fields) survives save_fit/load_fit: the
     loaded features refine as the saved ones do (skipping degree 3 of ArcCosine(1))."""
-    from ppl_sparsegp.fits import load_fit, save_fit
+    from ppl_sparsegp.saving import load_fit, save_fit
     X, y = regression_data(20, 2)
     gp = psg.SparseGP(SphericalHarmonicFeatures(2, 2, kernel=ArcCosine(1)), ArcCosine(1), Gaussian(0.01))
     res = SVI(gp.model, gp.guide, numpyro.optim.Adam(0.05), Trace_ELBO()).run(jax.random.PRNGKey(0), 2, X, y,

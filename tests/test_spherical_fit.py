@@ -60,7 +60,7 @@ def _lik():
 def fitted():
     X, y = _data()
     feature = SphericalHarmonicFeatures(D, 8)  # M = 81 on S²
-    return X, y, feature, fit_spherical(feature, _kernel(), _lik(), X, y, subsample=120, maxiter=60,
+    return X, y, feature, fit_spherical(feature, _kernel(), _lik(), X, y, subsample=120, num_steps=60,
                                         chunk_size=64)
 
 
@@ -90,7 +90,7 @@ def test_statistics_path_reaches_the_data_path_optimum(fitted):
     gp = CollapsedGP(feature, k, _lik())
     sites = gp.hyperparameter_sites()
     values, info = map_lbfgs(gp.model, sites, model_args=(jnp.asarray(X), jnp.asarray(y)),
-                             init={s: fit.values[s] for s in sites}, maxiter=200)
+                             init={s: fit.values[s] for s in sites}, num_steps=200)
     for s in sites:
         np.testing.assert_allclose(fit.values[s], values[s], rtol=1e-4, err_msg=s)
     assert fit.info["full"]["neg_log_joint"] == pytest.approx(info["neg_log_joint"], rel=1e-7, abs=1e-7)
@@ -98,7 +98,7 @@ def test_statistics_path_reaches_the_data_path_optimum(fitted):
 
 def test_chunked_equals_unchunked(fitted):
     X, y, feature, fit = fitted
-    whole = fit_spherical(feature, _kernel(), _lik(), X, y, subsample=120, maxiter=60, chunk_size=len(y))
+    whole = fit_spherical(feature, _kernel(), _lik(), X, y, subsample=120, num_steps=60, chunk_size=len(y))
     assert whole.bound == pytest.approx(fit.bound, rel=1e-10)  # stages 1 and 3 see the same numbers
     np.testing.assert_allclose(whole.gp.precomputed.A, fit.gp.precomputed.A, rtol=1e-11, atol=1e-11)
     m1, v1 = fit.predict(X, chunk_size=50)  # 240 = 4·50 + 40: a padded last chunk
@@ -116,7 +116,7 @@ def test_enough_degrees_give_the_exact_gp_and_the_noise():
     X, y = _data(400, seed=1)
     Xt, _ = _data(100, seed=2)
     kernel = _kernel(lengthscale=jnp.full(D, 0.5), bias=1.0)
-    fit = fit_spherical(SphericalHarmonicFeatures(D, 14), kernel, _lik(), X, y, maxiter=100)
+    fit = fit_spherical(SphericalHarmonicFeatures(D, 14), kernel, _lik(), X, y, num_steps=100)
     assert fit.info["subsample"] is None and fit.seconds["subsample"] == 0.0
     k, s2 = fit.kernel, fit.noise_variance
     assert s2 == pytest.approx(0.01, rel=0.25)
@@ -137,7 +137,7 @@ def test_enough_degrees_give_the_exact_gp_and_the_noise():
     (dict(X=np.zeros((10, 3))), r"X must have shape \(N, 2\)"),
     (dict(y=np.zeros(9)), r"y must have shape \(10,\)"),
     (dict(subsample=0), "subsample must be an integer >= 2"),
-    (dict(maxiter=1.5), "maxiter must be an integer"),
+    (dict(num_steps=1.5), "num_steps must be an integer"),
     (dict(chunk_size=0), "chunk_size must be an integer"),
     (dict(X=np.full((10, D), np.nan)), "NaN"),
 ])

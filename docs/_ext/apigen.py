@@ -32,10 +32,10 @@ SECTIONS = [
     ("Optimisers: natural gradients, AdamW, schedules", ["ppl_sparsegp.optim"]),
     ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
     ("Stein particle inference", ["ppl_sparsegp.stein"]),
-    ("Fits, sharding and data", ["ppl_sparsegp.fits", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets"]),
-    ("Internals: dispatchers, structured linear algebra, compatibility",
+    ("Fits, sharding and data", ["ppl_sparsegp.saving", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets"]),
+    ("Internals: dispatchers, structured linear algebra, NumPyro internals",
      ["ppl_sparsegp.covariances", "ppl_sparsegp.conditionals", "ppl_sparsegp.gaussian", "ppl_sparsegp.linalg",
-      "ppl_sparsegp.compat"]),
+      "ppl_sparsegp.numpyro_internals"]),
 ]
 
 # the curated page ahead of the reference: the names a user needs first, as they are imported
@@ -52,7 +52,7 @@ MOST_USED = [
                                                 "ppl_sparsegp.features.fourier_statistics.fourier_statistics"]),
     ("Diagnostics and saving", ["ppl_sparsegp.diagnostics.from_mcmc", "ppl_sparsegp.diagnostics.adequacy",
                                 "ppl_sparsegp.diagnostics.refinement_check", "ppl_sparsegp.diagnostics.predict",
-                                "ppl_sparsegp.fits.load_fit"]),
+                                "ppl_sparsegp.saving.load_fit"]),
 ]
 
 

@@ -126,7 +126,7 @@ def problem(family, M, opts, X):
         RandomFourierFeatures,
         TrigonometricFeatures,
     )
-    from ppl_sparsegp.features.orthogonal import quadrature_nodes
+    from ppl_sparsegp.features.trigonometric import quadrature_nodes
     from ppl_sparsegp.groups import Negation, Rotation
 
     ell = opts["ell"]

@@ -292,7 +292,7 @@ def airline_part(sizes, args, progress=None):
     import jax
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
     n_train = sizes["airline_n"]
@@ -308,7 +308,7 @@ def airline_part(sizes, args, progress=None):
                                                          chunk_size=args.chunk_size))
     gp = airline.make_gp(feature, stats)
     with harness.clock() as opt:
-        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=sizes["airline_maxiter"])
+        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), num_steps=sizes["airline_maxiter"])
     with harness.clock() as pr:
         metrics = airline.test_metrics(gp, [values], data["X_test"], data["y_test"], method="dense",
                                        chunk_size=args.chunk_size)

@@ -65,7 +65,7 @@ def setup(args, *, devices: int = 1, one_thread: bool = False) -> dict:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         if "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + ONE_THREAD_XLA).strip()
-    from ppl_sparsegp.compat import set_host_device_count
+    from ppl_sparsegp.numpyro_internals import set_host_device_count
 
     if devices > 1 and not set_host_device_count(devices):
         raise RuntimeError("JAX started before harness.setup: the host device count is fixed")

@@ -69,7 +69,7 @@ def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300, tim
     import jax
     import numpy as np
 
-    from ppl_sparsegp.compat import subsample_indices
+    from ppl_sparsegp.numpyro_internals import subsample_indices
 
     draw = jax.jit(lambda key: subsample_indices(N, batch_size, key))
     jax.block_until_ready(draw(jax.random.PRNGKey(seed)))

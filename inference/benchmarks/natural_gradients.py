@@ -115,14 +115,14 @@ def reference_fit(kind, feature, kernel, noise, X, y, args):
     import numpy as np
 
     from ppl_sparsegp import ChordalMatern, CollapsedGP
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.spherical import spherical_statistics
 
     with harness.clock() as c:
         idx = np.random.default_rng(1).choice(len(y), min(args.collapsed_subsample, len(y)), replace=False)
         small = CollapsedGP(feature, kernel, noise)
         v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(),
-                          model_args=(jnp.asarray(X[idx]), jnp.asarray(y[idx])), maxiter=args.maxiter)
+                          model_args=(jnp.asarray(X[idx]), jnp.asarray(y[idx])), num_steps=args.maxiter)
         if kind == "spherical":  # the map (s, b) fixed from here on: the same features for every fit
             s, b = np.asarray(v0["kernel_lengthscale"]), float(v0["kernel_bias"])
             kernel = ChordalMatern(1.5, variance=kernel.variance, lengthscale=s, bias=b,
@@ -130,11 +130,11 @@ def reference_fit(kind, feature, kernel, noise, X, y, args):
             v0 = {k: v for k, v in v0.items() if k not in ("kernel_lengthscale", "kernel_bias")}
             stats = spherical_statistics(feature, kernel, X, y, chunk_size=2048)
             gp = CollapsedGP(feature, kernel, noise, statistics=stats)
-            values, _ = map_lbfgs(gp.model, gp.hyperparameter_sites(), init=v0, maxiter=args.maxiter)
+            values, _ = map_lbfgs(gp.model, gp.hyperparameter_sites(), init=v0, num_steps=args.maxiter)
             m_v, S_v = gp.optimal_q(values)
         else:
             gp = CollapsedGP(feature, kernel, noise)
-            values, _info = map_lbfgs(gp.model, gp.hyperparameter_sites(), init=v0, maxiter=args.maxiter,
+            values, _info = map_lbfgs(gp.model, gp.hyperparameter_sites(), init=v0, num_steps=args.maxiter,
                                      model_args=(jnp.asarray(X), jnp.asarray(y)))
             m_v, S_v = gp.optimal_q(values, jnp.asarray(X), jnp.asarray(y))
     return v0, kernel, (values, m_v, S_v, gp), c.wall
@@ -290,11 +290,11 @@ def airline_start(feature, map_feature, prior, lik, X, y, *, subsample, seed, ma
     import numpy as np
 
     from ppl_sparsegp import CollapsedGP
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
 
     idx = np.sort(np.random.default_rng(seed).choice(len(y), min(subsample, len(y)), replace=False))
     small = CollapsedGP(map_feature, prior, lik)
-    v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(), maxiter=maxiter, seed=seed,
+    v0, _ = map_lbfgs(small.model, small.hyperparameter_sites(), num_steps=maxiter, rng_key=seed,
                       model_args=(jnp.asarray(X[idx], jnp.float64), jnp.asarray(y[idx], jnp.float64)))
     return v0
 
@@ -319,7 +319,7 @@ def run_airline_svi(args):
     row = {"n_train": len(ytr), "n_test": len(yte), "M": int(feature.num_features), "batch": args.airline_batch,
            "oracle_mse": float(np.mean((yte - f_test) ** 2)), "load_before": os.getloadavg()[0]}
     with harness.clock() as c:
-        fit = fit_spherical(feature, prior, lik, Xtr, ytr, maxiter=args.maxiter, chunk_size=8192, **kw)
+        fit = fit_spherical(feature, prior, lik, Xtr, ytr, num_steps=args.maxiter, chunk_size=8192, **kw)
     m, _ = fit.predict(Xte, chunk_size=8192)
     row.update(collapsed_s=c.wall, collapsed_mse=float(np.mean((yte - m) ** 2)))
     v0 = airline_start(feature, map_feature, prior, lik, Xtr, ytr, subsample=kw["subsample"], seed=kw["seed"],

@@ -159,7 +159,7 @@ def run_uci_collapsed(name, args, X, y, Xs, ys_, scaler):
     prior, _ = make_model("spherical", D, feature.num_features, X)
     with harness.clock() as clock:
         fit = fit_spherical(feature, prior.kernel, Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0)), X, y,
-                            subsample=args.collapsed_subsample, maxiter=args.maxiter, chunk_size=2048, seed=1)
+                            subsample=args.collapsed_subsample, num_steps=args.maxiter, chunk_size=2048, rng_key=1)
     m, v = fit.predict(Xs, chunk_size=2048)
     v = v + fit.noise_variance
     return {"dataset": name, "method": "spherical-collapsed", "M": int(feature.num_features), "n_train": len(y),
@@ -239,7 +239,7 @@ def run_airline(args):
            "oracle_mse": float(np.mean((yte - f_test) ** 2))}
     with harness.clock() as total:
         feature, _, prior, lik, kw = airline_model(D, L)
-        fit = fit_spherical(feature, prior, lik, Xtr, ytr, maxiter=args.maxiter, chunk_size=args.chunk, **kw)
+        fit = fit_spherical(feature, prior, lik, Xtr, ytr, num_steps=args.maxiter, chunk_size=args.chunk, **kw)
         with harness.clock() as pr:  # 4. prediction in chunks from the optimal whitened q
             m, v = fit.predict(Xte, chunk_size=args.chunk)
             v = v + fit.noise_variance

@@ -39,7 +39,7 @@ def fit_vff(split, args):
     import jax
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
@@ -54,7 +54,7 @@ def fit_vff(split, args):
     jax.block_until_ready(stats)
     t_stats = time.perf_counter() - t0
     gp = airline.make_gp(feature, stats)
-    values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=args.maxiter)
+    values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), num_steps=args.maxiter)
     fit_time = time.perf_counter() - t0
     t1 = time.perf_counter()
     m, v, noise = airline.predictive(gp, values, Xs, method=args.stats_method)
@@ -72,7 +72,7 @@ def fit_sgpr(split, args, seed):
     import numpyro.distributions as dist
 
     from ppl_sparsegp import CollapsedGP, Gaussian, InducingPoints, SquaredExponential
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.datasets import standardise
     from ppl_sparsegp.diagnostics import nlpd, rmse
 
@@ -85,7 +85,7 @@ def fit_sgpr(split, args, seed):
     gp = CollapsedGP(InducingPoints(Z), kernel, Gaussian(variance=dist.LogNormal(math.log(0.1), 1.0)))
     Xj, yj = jnp.asarray(X), jnp.asarray(y)
     t0 = time.perf_counter()
-    values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(Xj, yj), maxiter=args.maxiter)
+    values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(Xj, yj), num_steps=args.maxiter)
     fit_time = time.perf_counter() - t0
     t1 = time.perf_counter()
     params = {k + "_map": jnp.asarray(v) for k, v in values.items()}

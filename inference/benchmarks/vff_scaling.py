@@ -47,7 +47,7 @@ def run_size(n_train, args):
     import numpy as np
 
     from models import airline
-    from ppl_sparsegp.approximations.optimise import map_lbfgs
+    from ppl_sparsegp.approximations.map_estimate import map_lbfgs
     from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 
     row = {"n_train": int(n_train), "load_before": os.getloadavg()[0]}
@@ -79,7 +79,7 @@ def run_size(n_train, args):
 
     gp = airline.make_gp(feature, stats)
     with harness.clock() as opt:
-        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), maxiter=args.maxiter)
+        values, info = map_lbfgs(gp.model, gp.hyperparameter_sites(), num_steps=args.maxiter)
     row.update(optimise_s=opt.wall, optimise_cpu_s=opt.cpu, lbfgs_iterations=info["iterations"],
                lbfgs_evaluations=info["evaluations"], optimise_compile_s=info["compile_s"],
                noise_variance=float(values["likelihood_variance"]))

@@ -14,8 +14,8 @@
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
+from .map_estimate import map_lbfgs
 from .marginal import MarginalGaussian, marginal_spectral_gp
-from .optimise import map_lbfgs
 from .pilot import choose_features
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP

@@ -21,17 +21,9 @@ from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
 from ..sharding import is_distributed, local_blocks
-from ._shared import require_params, require_samples
+from .common import require_params, require_samples
 
 __all__ = ["GPModel"]
-
-
-
-
-
-
-
-
 
 
 def check_targets(X, y):
@@ -149,7 +141,7 @@ class GPModel:
 
     def constructor_argument(self, name: str):
         """The value of the constructor argument ``name`` that rebuilds this approximation, as
-        ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.fits.save_fit`
+        ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.saving.save_fit`
         records): the instance attribute of that name. A subclass whose constructor keeps an argument under
         another form overrides this for that argument.
 

@@ -48,8 +48,8 @@ from ..likelihoods import Gaussian
 from ..linalg import Dense
 from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
-from ._shared import require, site_names
 from .base import GPModel, check_targets
+from .common import require, site_names
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]
@@ -80,10 +80,10 @@ def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_v
 # program, measured); as one jitted program it is compiled once per operator structure and shapes, and
 # inside a model's trace it is inlined as before. The same for the optimal q below.
 @jax.jit
-def _elbo_from_stats(Kmm, stats, sum_kff, s2):
-    LB, trace_qff, Wy = _whitened_stats(Kmm, stats, s2)
-    return (woodbury_log_density(LB, Wy, stats.n, stats.yy, s2)
-            - 0.5 * jnp.maximum(sum_kff - trace_qff, 0.0) / s2)  # tr(Kff − Qff) ≥ 0
+def _elbo_from_stats(Kmm, stats, sum_kff, noise_variance):
+    LB, trace_qff, Wy = _whitened_stats(Kmm, stats, noise_variance)
+    return (woodbury_log_density(LB, Wy, stats.n, stats.yy, noise_variance)
+            - 0.5 * jnp.maximum(sum_kff - trace_qff, 0.0) / noise_variance)  # tr(Kff − Qff) ≥ 0
 
 
 def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):

@@ -87,16 +87,16 @@ def _dense_loo(C, r):
     return -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
 
 
-def exact_covariance(kernels, X, s2, H=None, L=None):
+def exact_covariance(kernels, X, noise_variance, H=None, L=None):
     """C = Σ_j K_j(X, X) + H L Lᵀ Hᵀ + σ² I (N, N) for concrete kernels and inputs X (N, D)."""
-    C = sum(k(X, X) for k in kernels) + s2 * jnp.eye(X.shape[0], dtype=X.dtype)
+    C = sum(k(X, X) for k in kernels) + noise_variance * jnp.eye(X.shape[0], dtype=X.dtype)
     if H is not None:
         HL = H @ L
         C = C + HL @ HL.T
     return C
 
 
-def exact_conditional_draw(kernels, X, X_new, C, r, key, *, H=None, L=None, beta_bar=None):
+def exact_conditional_draw(kernels, X, X_new, C, r, rng_key, *, H=None, L=None, beta_bar=None):
     r"""One joint draw of every GP at X_new (and of the mean's weights β) from their exact conditional given
     the residual r = y − Hβ̄ (..., N): the stacked :math:`\mathbf z = [f_1(X_*); \dots; f_J(X_*); \boldsymbol\beta]`
     has cross-covariance :math:`K_{zy} = [K_j(X_*, X); L_\beta L_\beta^\top H^\top]` with y, so
@@ -122,7 +122,7 @@ def exact_conditional_draw(kernels, X, X_new, C, r, key, *, H=None, L=None, beta
     cov = Kzz - V.T @ V
     lam, U = jnp.linalg.eigh(0.5 * (cov + cov.T))
     root = U * jnp.sqrt(jnp.maximum(lam, 0.0))
-    xi = jax.random.normal(key, (root.shape[1], rt.shape[1]), root.dtype)
+    xi = jax.random.normal(rng_key, (root.shape[1], rt.shape[1]), root.dtype)
     z = (mean + root @ xi).T  # (B, Z)
     z = jnp.reshape(z, tuple(np.shape(r)[:-1]) + (z.shape[-1],))
     fs = [z[..., j * n_new:(j + 1) * n_new] for j in range(len(kernels))]

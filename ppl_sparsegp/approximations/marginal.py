@@ -1,6 +1,6 @@
 r"""Gaussian observations with the inducing variables integrated out, in a user's own model.
 
-``marginal_spectral_gp("y", {"trend": (vff, Matern52(...)), "season": (per, Periodic(...))}, X, y, noise)``
+``marginal_spectral_gp("y", {"trend": (vff, Matern52(...)), "season": (per, Periodic(...))}, X, y, noise_scale)``
 adds the observed site ``y`` whose density is the model of :func:`~ppl_sparsegp.spectral_gp` plus Gaussian
 noise with every inducing variable (and an optional parametric mean's weights) integrated out exactly:
 
@@ -64,8 +64,8 @@ from ..linalg.woodbury import (
     woodbury_log_density,
 )
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
-from . import _checks
-from ._shared import as_inputs as _as_inputs, project as _project, require_model as _require_model
+from . import own_model_checks
+from .common import as_inputs as _as_inputs, project as _project, require_model as _require_model
 from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
@@ -178,11 +178,12 @@ class MarginalGaussian(Distribution):
         r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
         return jnp.reshape(_loo(self.parts, self.noise_variance, r).T, jnp.shape(value))
 
-    def posterior_weights(self, value, key):
+    def posterior_weights(self, value, rng_key):
         r"""One draw of the integrated-out weights v (…, M') from their conditional given y:
         :math:`\mathcal N(B^{-1}Z^\top\mathbf r/\sigma^2, B^{-1})`, :math:`B = I + Z^\top Z/\sigma^2`,
         drawn as :math:`L_B^{-\top}(L_B^{-1}Z^\top\mathbf r/\sigma^2 + \boldsymbol\xi)`."""
-        v = _posterior(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value), key)
+        v = _posterior(self._gram_parts(), self.stats, self.beta_bar, self.noise_variance, self._residual(value),
+                       rng_key)
         return jnp.reshape(v.T, jnp.shape(value)[:-1] + (v.shape[0],))
 
 
@@ -225,15 +226,15 @@ def _residual_statistics(stats, beta_bar):
 
 
 @jax.jit
-def _log_prob(parts, stats, beta_bar, s2, r):
+def _log_prob(parts, stats, beta_bar, noise_variance, r):
     if stats is not None and stats.gram.dtype == jnp.float64:
-        return _precision_log_prob(parts, stats, beta_bar, s2)
+        return _precision_log_prob(parts, stats, beta_bar, noise_variance)
     G, Zr, rr = _gram_and_residual(parts, stats, beta_bar, r)
     n = parts[0].basis.shape[1] if stats is None else stats.n
-    return woodbury_log_density(capacitance_cholesky(G, s2), Zr, n, rr, s2)
+    return woodbury_log_density(capacitance_cholesky(G, noise_variance), Zr, n, rr, noise_variance)
 
 
-def _precision_log_prob(parts, stats, beta_bar, s2):
+def _precision_log_prob(parts, stats, beta_bar, noise_variance):
     r"""The statistics path's density in precision form, O(M³/3) per evaluation with no M³ product.
 
     With :math:`P = \operatorname{blockdiag}(\tilde K_1, \dots, \Sigma_\beta^{-1})`
@@ -263,27 +264,27 @@ def _precision_log_prob(parts, stats, beta_bar, s2):
             K = K / (p.scale[:, None] * p.scale[None, :])
             logdet_P = logdet_P - 2.0 * jnp.sum(jnp.log(jnp.abs(p.scale)))
         blocks.append(K)
-    S = jax.scipy.linalg.block_diag(*blocks) + stats.gram / s2
+    S = jax.scipy.linalg.block_diag(*blocks) + stats.gram / noise_variance
     Psi_r, rr = _residual_statistics(stats, beta_bar)
-    return precision_log_density(S, logdet_P, Psi_r, stats.n, rr, s2)
+    return precision_log_density(S, logdet_P, Psi_r, stats.n, rr, noise_variance)
 
 
 @jax.jit
-def _posterior(parts, stats, beta_bar, s2, r, key):
+def _posterior(parts, stats, beta_bar, noise_variance, r, rng_key):
     G, Zr, _ = _gram_and_residual(parts, stats, beta_bar, r)
-    LB = capacitance_cholesky(G, s2)
+    LB = capacitance_cholesky(G, noise_variance)
     e = solve_triangular(LB, Zr, lower=True)
-    xi = jax.random.normal(key, e.shape, e.dtype)
-    return solve_triangular(LB.T, e / s2 + xi, lower=False)  # (M', B)
+    xi = jax.random.normal(rng_key, e.shape, e.dtype)
+    return solve_triangular(LB.T, e / noise_variance + xi, lower=False)  # (M', B)
 
 
 @jax.jit
-def _loo(parts, s2, r):
+def _loo(parts, noise_variance, r):
     Zt = _Zt(parts)
-    LB = capacitance_cholesky(Zt, s2)
+    LB = capacitance_cholesky(Zt, noise_variance)
     Q = solve_triangular(LB, Zt, lower=True)  # (M', N)
-    cbar = (1.0 - jnp.sum(Q * Q, axis=0) / s2) / s2  # diag C⁻¹ (Woodbury)
-    g = (r - Q.T @ (Q @ r) / s2) / s2
+    cbar = (1.0 - jnp.sum(Q * Q, axis=0) / noise_variance) / noise_variance  # diag C⁻¹ (Woodbury)
+    g = (r - Q.T @ (Q @ r) / noise_variance) / noise_variance
     return -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
 
 
@@ -350,7 +351,7 @@ def _statistics(parts, y, H):
         return _Statistics(A, root, Psi_y, yy, n, Psi_t @ H, H.T @ yt, H.T @ H)
 
 
-def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_prior=None, X_new=None,
+def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, mean_prior=None, X_new=None,
                          mean_basis_new=None, exact: bool = False):
     r"""Observe y as Gaussian noise around one or several spectral GPs (and a parametric mean), with the
     inducing variables integrated out exactly; under ``Predictive`` with ``X_new``, draw each GP there.
@@ -371,8 +372,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     :param y: observations (..., N); leading axes are outputs of an enclosing ``numpyro.plate`` (each
         its own GPs and mean weights, the hyperparameters shared; a y without the plate's axis is refused:
         broadcast it yourself where every output sees the same data). None: y is sampled (prior predictive).
-    :param noise: the noise standard deviation σ > 0, a scalar: a number, a value sampled by the model, or a
-        NumPyro distribution with positive support (sampled as ``<name>_noise``).
+    :param noise_scale: the noise standard deviation σ > 0 (a scale, not a variance), a scalar: a number, a
+        value sampled by the model, or a NumPyro distribution with positive support (sampled as ``<name>_noise``).
     :param mean_basis: optional H (N, P) (or (N,)): the parametric mean Hβ, e.g.
         ``jnp.stack([jnp.ones(N), t], 1)`` for a linear trend.
     :param mean_prior: the Gaussian prior of β (``dist.Normal`` with P entries, or
@@ -398,8 +399,8 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     """
     _require_model("marginal_spectral_gp")
     named = _named_gps(name, gps)
-    _checks.check_marginal_gps(name, named, exact=exact)
-    X, y, s2 = _checked_data(name, X, y, noise)
+    own_model_checks.check_marginal_gps(name, named, exact=exact)
+    X, y, s2 = _checked_data(name, X, y, noise_scale)
     if exact:
         return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
 
@@ -424,25 +425,26 @@ def marginal_spectral_gp(name: str, gps, X, y, noise, *, mean_basis=None, mean_p
     return _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new)
 
 
-def _checked_data(name, X, y, noise):
-    """X as (N, D) inputs, y checked against it, and σ² (``noise`` sampled first when it is a prior)."""
+def _checked_data(name, X, y, noise_scale):
+    """X as (N, D) inputs, y checked against it, and σ² (``noise_scale`` sampled first when it is a prior)."""
     X = _as_inputs(X, "X")
     N = X.shape[0]
     if N == 0:
         raise ValueError("X has no rows: marginal_spectral_gp needs at least one observation")
     dtype = jnp.result_type(X.dtype, float)
-    if isinstance(noise, Distribution):
-        noise = numpyro.sample(f"{name}_noise", check_positive_prior(noise, f"noise (site '{name}_noise')"))
-    check_positive(noise, "noise")
-    _checks.check_noise_shape(noise)
-    s2 = jnp.asarray(noise, dtype) ** 2
+    if isinstance(noise_scale, Distribution):
+        noise_scale = numpyro.sample(f"{name}_noise", check_positive_prior(noise_scale,
+                                                                          f"noise_scale (site '{name}_noise')"))
+    check_positive(noise_scale, "noise_scale")
+    own_model_checks.check_noise_shape(noise_scale)
+    s2 = jnp.asarray(noise_scale, dtype) ** 2
     if y is not None:
         with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
             y = jnp.asarray(y)
         if y.ndim < 1 or y.shape[-1] != N:
             raise ValueError(f"y must have N = {N} entries on its last axis (one per row of X), got shape {y.shape}")
         check_finite(y, "y")
-        _checks.check_observations_in_plates(y, name)
+        own_model_checks.check_observations_in_plates(y, name)
     return X, y, s2
 
 
@@ -453,7 +455,7 @@ def _gp_parts(named, X):
         feature = current_feature(feature)
         kernel = instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel
         Xg = feature.check_inputs(X)
-        _checks.check_lengthscale_dims(kernel, Xg.shape[1], f"gps[{gp_name!r}]")
+        own_model_checks.check_lengthscale_dims(kernel, Xg.shape[1], f"gps[{gp_name!r}]")
         Kmm = Kuu(feature, kernel)
         # concrete data: evaluate the basis now at any size (past constant_kuf's cap, which bounds a Kuf
         # embedded in the program): only the statistics enter the per-gradient program (measured at
@@ -510,13 +512,13 @@ def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basi
     return out
 
 
-def _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new):
+def _exact_model(name, named, X, y, noise_variance, mean_basis, mean_prior, X_new, mean_basis_new):
     """``marginal_spectral_gp(..., exact=True)``: the dense covariance's site and, with X_new, the exact
     conditional draws (:mod:`~ppl_sparsegp.approximations.exact_marginal`); the same site names."""
     kernels = [(gp_name, instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel)
                for gp_name, _, kernel in named]
     H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X)
-    C = exact_covariance([k for _, k in kernels], X, s2, H, L)
+    C = exact_covariance([k for _, k in kernels], X, noise_variance, H, L)
     loc = 0.0 if H is None else H @ beta_bar
     batch = () if y is None else y.shape[:-1]
     numpyro.sample(name, ExactMarginalGaussian(C, loc, batch_shape=batch), obs=y)

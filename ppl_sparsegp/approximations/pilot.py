@@ -9,7 +9,7 @@ noise variance), features sized by the prior displace the posterior, and only th
 1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
    hyperparameters) runs with every feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`:
    generously resolved; O(M'³) per evaluation from the statistics), and its log joint is maximised by
-   L-BFGS (:func:`~ppl_sparsegp.approximations.optimise.map_lbfgs`, type-II MAP) from ``starts`` points
+   L-BFGS (:func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs`, type-II MAP) from ``starts`` points
    spread over the priors' quantiles, so that a second mode is not lost.
 2. **Modes.** Every distinct optimum whose Laplace log mass (in the unconstrained coordinates: the peak,
    its width and the transforms' Jacobian) is within ``log_mass_gap`` of the largest is kept (the mass,
@@ -67,7 +67,7 @@ from numpyro.infer.util import log_density
 
 from ..features.base import TooManyFeatures, refined_features
 from ..parameters import is_concrete
-from .optimise import map_lbfgs
+from .map_estimate import map_lbfgs
 
 __all__ = ["choose_features", "ChosenFeatures"]
 
@@ -228,7 +228,7 @@ def _mode_record(model, args, kwargs, sites, values, log_joint, z):
 
 
 def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: float = 0.05,
-                    noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), maxiter: int = 200,
+                    noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), num_steps: int = 200,
                     max_features: int = MAX_FEATURES, **kwargs) -> ChosenFeatures:
     r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
     the data (module docstring): every GP's features, by its family's size rule, resolving what the data
@@ -250,7 +250,7 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
     :param noise_fraction: c in the tolerance :math:`c\,\sigma_n^2/\sigma_f^2` (capped at 1 %).
     :param log_mass_gap: optima whose Laplace log mass is this much below the largest are dropped
         (default log 100: modes with under about 1 % of the best one's mass).
-    :param maxiter: L-BFGS iterations per start.
+    :param num_steps: at most this many L-BFGS iterations per start.
     :param max_features: the most features M' any one GP may get (default 2 000). With little noise τ is
         tiny and a size rule can ask for a huge set; the fit that follows then needs an M' × M' Cholesky
         per gradient, O(M'³) time and M'² memory (2 000 features: 32 MB in float64 and ~2.7 GFLOP per
@@ -278,11 +278,11 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         raise ValueError(f"quantile must be in (0, 0.5) and noise_fraction positive, got {quantile!r}, "
                          f"{noise_fraction!r}")
     with jax.enable_x64(True):  # the pilot computes in float64 whatever the user's setting (see below)
-        return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter,
+        return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, num_steps,
                        int(max_features))
 
 
-def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, maxiter, max_features):
+def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, num_steps, max_features):
     """choose_features' body, in float64: with little noise the marginal's capacitance is ill-conditioned
     and float32's Hessian at the optimum is not finite (measured: the own-model guide's series, N = 80,
     noise sd 0.1, 'Eigenvalues did not converge'); the pilot is small, and what it returns is static
@@ -296,7 +296,7 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
         sites = _sites(_trace(model, args, kwargs))[0]
         optima = []
         for init in _starts(sites, starts):
-            values, info = map_lbfgs(model, sites, model_args=args, model_kwargs=kwargs, init=init, maxiter=maxiter)
+            values, info = map_lbfgs(model, sites, model_args=args, model_kwargs=kwargs, init=init, num_steps=num_steps)
             optima.append((-float(info["neg_log_joint"]), values))
         distinct, seen = [], []
         for lj, values in sorted(optima, key=lambda o: -o[0]):

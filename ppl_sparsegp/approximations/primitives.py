@@ -49,8 +49,8 @@ from ..gaussian import StructuredNormal
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
-from . import _checks
-from ._shared import as_inputs, project, require_model
+from . import own_model_checks
+from .common import as_inputs, project, require_model
 from .variational import resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
@@ -84,8 +84,6 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
         prior = StructuredNormal(jnp.zeros(Kmm.sqrt_cols, dtype), Identity(Kmm.sqrt_cols, dtype=dtype))
         return numpyro.sample(f"{name}_v", prior, infer=infer), Kmm
     return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm), infer=infer), Kmm
-
-
 
 
 def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = True,
@@ -148,7 +146,7 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
     _warn_tangled_lengthscale(feature, kernel)
     X = feature.check_inputs(as_inputs(X, "X"))
     if not batched_kernel:
-        _checks.check_lengthscale_dims(kernel, X.shape[1], "spectral_gp")
+        own_model_checks.check_lengthscale_dims(kernel, X.shape[1], "spectral_gp")
     if batched_kernel:
         project = _batched_projection(name, feature, kernel, whiten)
     else:
@@ -166,12 +164,11 @@ def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = Tru
 
 
 def _check_spectral_gp(name, feature, kernel, batched_kernel):
-    """The entry checks (:mod:`._checks`): the pair, a name not taken, a template outside plates."""
-    _checks.check_pair(feature, kernel, "spectral_gp")
-    _checks.check_new_sites([f"{name}_v", f"{name}_u"] + _checks.template_sites(kernel, f"{name}_kernel_"), name)
-    _checks.check_template_outside_plates(kernel, f"{name}_kernel_", batched=batched_kernel, shared_only=False)
-
-
+    """The entry checks (:mod:`.own_model_checks`): the pair, a name not taken, a template outside plates."""
+    own_model_checks.check_pair(feature, kernel, "spectral_gp")
+    own_model_checks.check_new_sites(
+        [f"{name}_v", f"{name}_u"] + own_model_checks.template_sites(kernel, f"{name}_kernel_"), name)
+    own_model_checks.check_template_outside_plates(kernel, f"{name}_kernel_", batched=batched_kernel, shared_only=False)
 
 
 def _warn_tangled_lengthscale(feature, kernel):
@@ -215,15 +212,13 @@ def _batched_projection(name, feature, kernel, whiten):
 
 
 def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
-    """:func:`~._shared.project` block by block where the rows of X live (one device's Kuf block when X is
+    """:func:`~.common.project` block by block where the rows of X live (one device's Kuf block when X is
     sharded over a data mesh: :func:`~ppl_sparsegp.sharding.map_rows`); the mean's row axis follows the
     inducing value's batch dimensions. Without ``need_var`` the variance is None (not computed)."""
     lead = jnp.ndim(value) - 1
     if not need_var:
         return map_rows(lambda Xs: project(feature, kernel, Xs, value, whiten, Kmm, False), X, out_rows=lead), None
     return map_rows(lambda Xs: project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
-
-
 
 
 def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):

@@ -38,8 +38,8 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
 from ..sharding import map_rows
-from ._shared import require_params, require_samples
 from .base import GPModel
+from .common import require_params, require_samples
 from .primitives import inducing_prior
 from .variational import q_cov_name, resolve_q_family
 
@@ -152,9 +152,9 @@ class SparseGP(GPModel):
         with numpyro.plate("data", N, subsample_size=batch_size) as idx:
             Xb = X if batch_size is None else X[idx]
             # per data block where the rows live (one device's Kuf block; see ppl_sparsegp.sharding)
-            mean, var = map_rows(lambda Xs, key=None: conditional(feature, kernel, Xs, u if L == 1 else u.T,
-                                                                  whiten=self.whiten, Kmm=Kmm, key=key),
-                                 Xb, key=None if L > 1 else key)
+            mean, var = map_rows(lambda Xs, rng_key=None: conditional(feature, kernel, Xs, u if L == 1 else u.T,
+                                                                      whiten=self.whiten, Kmm=Kmm, rng_key=rng_key),
+                                 Xb, rng_key=None if L > 1 else key)
             mean = mean + c
             if L > 1:
                 var = jnp.broadcast_to(var[:, None], mean.shape)
@@ -171,11 +171,11 @@ class SparseGP(GPModel):
         """The variance of f given u in this model: p(f | u)'s, or 0 for the projected process."""
         return jnp.zeros_like(var) if self.residual == "none" else var
 
-    def _log_likelihood(self, lik, y, mean, var, key=None):
+    def _log_likelihood(self, lik, y, mean, var, rng_key=None):
         """Per-point likelihood term for p(f | u) = N(mean, var) (see ``residual``)."""
         if self.residual == "expected":
             if lik.monte_carlo:
-                return lik.variational_expectation(y, mean, var, key=key)
+                return lik.variational_expectation(y, mean, var, rng_key=rng_key)
             return lik.variational_expectation(y, mean, var)
         if self.residual == "marginal":
             return lik.predict_log_density(y, mean, var)
@@ -218,10 +218,10 @@ class SparseGP(GPModel):
         return jax.vmap(lambda m, Sl: conditional(feature, kernel, X, m, Sl, whiten=self.whiten, Kmm=Kmm),
                         out_axes=-1)(locs, stacked)
 
-    def elbo(self, params: dict, X, y, key=None, *, num_data: int | None = None):
+    def elbo(self, params: dict, X, y, rng_key=None, *, num_data: int | None = None):
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}(q(\mathbf u)\,\|\,
         p(\mathbf u))` at the given SVI params (all of the guide's params: a missing one raises
-        ``ValueError``); exact, or Monte Carlo with ``key`` for a Monte Carlo likelihood (Softmax). With
+        ``ValueError``); exact, or Monte Carlo with ``rng_key`` for a Monte Carlo likelihood (Softmax). With
         ``num_data`` = N, (X, y) is a minibatch and its data term is scaled by N / len(X) (unbiased)."""
         if self.residual != "expected":
             raise NotImplementedError(f"elbo() is the SVGP bound of residual='expected'; this model has "
@@ -231,7 +231,7 @@ class SparseGP(GPModel):
         mean, var = map_rows(lambda Xs: self._marginals(feature, kernel, Xs, loc, S, Kmm), X)
         prior = Identity(S.size, dtype=Kmm.dtype) if self.whiten else (
             Kmm if self.num_latent_gps == 1 else BlockDiag((Kmm,) * self.num_latent_gps))
-        ve = likelihood.variational_expectation(y, mean + c, var, key=key) if likelihood.monte_carlo \
+        ve = likelihood.variational_expectation(y, mean + c, var, rng_key=rng_key) if likelihood.monte_carlo \
             else likelihood.variational_expectation(y, mean + c, var)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)

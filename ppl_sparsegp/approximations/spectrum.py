@@ -69,9 +69,9 @@ from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sa
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
 from ..parameters import initial_value, instantiate
-from ._shared import require, site_names
 from .base import GPModel
 from .collapsed import optimal_whitened_q
+from .common import require, site_names
 
 __all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
 

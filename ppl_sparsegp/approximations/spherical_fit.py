@@ -5,7 +5,7 @@ map (the scales s and the bias b of :class:`~ppl_sparsegp.kernels.Zonal`), not o
 κ. :func:`fit_spherical` uses that in three stages [1, §5]:
 
 1. **the map** (s, b) and a starting point: type-II MAP of every hyperparameter by L-BFGS
-   (:func:`~ppl_sparsegp.approximations.optimise.map_lbfgs`) on the collapsed bound of a random
+   (:func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs`) on the collapsed bound of a random
    subsample of ``subsample`` rows (O(n M_s²) per evaluation, with the features ``map_feature``, by
    default the same as ``feature``);
 2. **one pass** over all N rows in chunks with (s, b) fixed: the sufficient statistics
@@ -35,9 +35,9 @@ from ..covariances import Kuu
 from ..features.spherical import SphericalHarmonicFeatures, spherical_statistics
 from ..kernels import Zonal, constant_kernel_diagonal
 from ..likelihoods import Gaussian
-from ..parameters import is_concrete
+from ..parameters import as_rng_key, is_concrete
 from .collapsed import CollapsedGP, collapsed_elbo_from_stats
-from .optimise import map_lbfgs
+from .map_estimate import map_lbfgs
 
 __all__ = ["fit_spherical", "SphericalFit"]
 
@@ -53,7 +53,7 @@ class SphericalFit:
     :ivar bound: the collapsed bound :math:`\\mathcal L \\le \\log p(\\mathbf y)` of all rows at ``values``.
     :ivar q: the optimal whitened ``(m_v (M,), S_v (M, M) operator)`` at ``values``.
     :ivar info: ``{"subsample": …, "full": …}``: the two L-BFGS records of
-        :func:`~ppl_sparsegp.approximations.optimise.map_lbfgs` (``None`` for a skipped stage 1).
+        :func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs` (``None`` for a skipped stage 1).
     :ivar seconds: wall seconds of the stages: ``subsample``, ``statistics``, ``optimise``.
     """
 
@@ -110,7 +110,7 @@ def _check_int(value, name, low=1):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, maxiter, chunk_size):
+def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, num_steps, chunk_size):
     """Eager validation of :func:`fit_spherical`'s arguments (clear errors naming the argument)."""
     for name, f in (("feature", feature), ("map_feature", map_feature)):
         if not isinstance(f, SphericalHarmonicFeatures):
@@ -128,7 +128,7 @@ def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, 
     if not isinstance(likelihood, Gaussian):
         raise ValueError(f"likelihood must be Gaussian (the collapsed bound), got {type(likelihood).__name__}")
     _check_int(subsample, "subsample", 2)
-    _check_int(maxiter, "maxiter")
+    _check_int(num_steps, "num_steps")
     _check_int(chunk_size, "chunk_size")
     if len(getattr(X, "shape", ())) != 2 or X.shape[1] != feature.input_dim:
         raise ValueError(f"X must have shape (N, {feature.input_dim}), got {getattr(X, 'shape', None)}")
@@ -138,8 +138,15 @@ def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, 
         raise ValueError(f"X needs at least 2 rows, got {X.shape[0]}")
 
 
+def _numpy_generator(rng_key):
+    """The subsample's NumPy generator: seeded with an int as it is, with a JAX key by the key's data."""
+    if isinstance(rng_key, (int, np.integer)) and not isinstance(rng_key, bool):
+        return np.random.default_rng(int(rng_key))
+    return np.random.default_rng(np.asarray(jax.random.key_data(as_rng_key(rng_key))))
+
+
 def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsample: int = 5000,
-                  maxiter: int = 200, chunk_size: int = 8192, mean=0.0, seed: int = 0) -> SphericalFit:
+                  num_steps: int = 200, chunk_size: int = 8192, mean=0.0, rng_key=0) -> SphericalFit:
     r"""Fit spherical harmonic features to N rows (up to millions) by the collapsed bound: the input map from a
     subsample MAP, the one-pass statistics of all rows, L-BFGS on the rest at O(M³) per step [1].
 
@@ -167,16 +174,18 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     :param y: (N,) targets.
     :param map_feature: the features of stage 1 (default ``feature``); a lower degree makes stage 1
         cheaper at large M (the map needs only the coarse structure).
-    :param subsample: rows of stage 1 (drawn without replacement with ``seed``; all rows when N is smaller).
-    :param maxiter: the most L-BFGS iterations of each stage.
+    :param subsample: rows of stage 1 (drawn without replacement with ``rng_key``; all rows when N is smaller).
+    :param num_steps: at most this many L-BFGS iterations in each stage.
     :param chunk_size: rows per chunk of stage 2 and of :meth:`SphericalFit.predict`.
     :param mean: a constant mean (a number; default 0).
-    :param seed: seed of the subsample and of the prior-median starting point.
+    :param rng_key: the JAX PRNG key of the prior-median starting point, or an int (converted once with
+        ``jax.random.PRNGKey``); the subsample's NumPy generator is seeded with the int itself (as before) or
+        with the key's data.
     :returns: a :class:`SphericalFit` (``gp``, ``values``, ``kernel``, ``noise_variance``, ``bound``, ``q``,
         ``info``, ``seconds``; ``predict(X_new)``).
     :raises ValueError: for a feature other than SphericalHarmonicFeatures, a non-Zonal kernel or one whose
         diagonal is not constant, a likelihood other than Gaussian, X or y of the wrong shape or with
-        NaN/inf, a non-positive ``subsample``, ``maxiter`` or ``chunk_size``.
+        NaN/inf, a non-positive ``subsample``, ``num_steps`` or ``chunk_size``.
 
     References:
         1. Dutordoir, Durrande, Hensman (2020), Sparse Gaussian processes with spherical harmonic
@@ -184,19 +193,20 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
         2. Titsias (2009), Variational learning of inducing variables in sparse Gaussian processes, AISTATS.
     """
     map_feature = feature if map_feature is None else map_feature
-    _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, maxiter, chunk_size)
+    generator, rng_key = _numpy_generator(rng_key), as_rng_key(rng_key)  # converted once
+    _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, num_steps, chunk_size)
     N = X.shape[0]
     free_map = [f for f in feature.kuf_kernel_fields if not is_concrete(getattr(kernel, f))]
     seconds, v0, info0 = {"subsample": 0.0}, None, None
     if free_map:  # 1. the map (s, b) and the starting point, from a subsample (data path)
         t0 = time.perf_counter()
-        idx = np.sort(np.random.default_rng(seed).choice(N, min(subsample, N), replace=False))
+        idx = np.sort(generator.choice(N, min(subsample, N), replace=False))
         Xs, ys = np.asarray(X[idx], np.float64), np.asarray(y[idx], np.float64)
         if not (np.all(np.isfinite(Xs)) and np.all(np.isfinite(ys))):
             raise ValueError("X or y contains NaN or inf (in the subsample of stage 1)")
         small = CollapsedGP(map_feature, kernel, likelihood, mean)
         v0, info0 = map_lbfgs(small.model, small.hyperparameter_sites(), model_args=(jnp.asarray(Xs), jnp.asarray(ys)),
-                              maxiter=maxiter, seed=seed)
+                              num_steps=num_steps, rng_key=rng_key)
         kernel = kernel.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in free_map})
         seconds["subsample"] = time.perf_counter() - t0
     t0 = time.perf_counter()  # 2. one pass over all rows with the map fixed
@@ -206,7 +216,7 @@ def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsam
     t0 = time.perf_counter()  # 3. MAP of σ², the shape of κ and the noise at O(M³) per evaluation
     sites = gp.hyperparameter_sites()
     init = None if v0 is None else {k: v0[k] for k in sites}
-    values, info = map_lbfgs(gp.model, sites, init=init, maxiter=maxiter, seed=seed)
+    values, info = map_lbfgs(gp.model, sites, init=init, num_steps=num_steps, rng_key=rng_key)
     seconds["optimise"] = time.perf_counter() - t0
     if v0 is not None:
         values.update({f"kernel_{f}": np.asarray(v0[f"kernel_{f}"]) for f in free_map})

@@ -22,8 +22,8 @@ import numpyro
 import xarray as xr
 from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
-from ..compat import mcmc_run_arguments
 from ..grid import Grid
+from ..numpyro_internals import mcmc_run_arguments
 from ._arviz import _quiet_arviz, az
 from .traces import model_trace
 
@@ -390,7 +390,7 @@ def _pointwise_draws(S: int, N: int, max_pointwise: int | None) -> np.ndarray:
     return np.unique(np.round(np.linspace(0, S - 1, D)).astype(int))
 
 
-def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: bool, predictive: bool) -> dict:
+def _pointwise_groups(gp, X, y, draws: dict, which, kw, rng_key, *, log_likelihood: bool, predictive: bool) -> dict:
     """``{"log_likelihood": {site: (1, D, N)}, "posterior_predictive": {site: (1, D, N)}}`` for the draws
     ``which`` (D indices) of ``draws`` ``{site: (S, ...)}``; draw s uses the key ``split(key, S)[s]``, so
     its values do not depend on which other draws are evaluated.
@@ -420,7 +420,7 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
     per_draw = N * (np.shape(host[site])[-1] if set(varying) - {site} and site in host else 1)
     block = max(1, min(len(which), _BLOCK_VALUES // max(per_draw, 1)))
 
-    def one(constant, part, key, X, y):
+    def one(constant, part, rng_key, X, y):
         values = {**constant, **part}
         out = {"log_likelihood": {}, "posterior_predictive": {}}
         if log_likelihood:
@@ -428,16 +428,16 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
             out["log_likelihood"] = {name: site["fn"].log_prob(site["value"]) for name, site in tr.items()
                                      if site["type"] == "sample" and site["is_observed"]}
         if predictive and default_predictive:  # GPModel's: the model with y=None, as Predictive runs it
-            tr = handlers.trace(handlers.seed(handlers.substitute(gp.model, data=values), key)).get_trace(X, **kw)
+            tr = handlers.trace(handlers.seed(handlers.substitute(gp.model, data=values), rng_key)).get_trace(X, **kw)
             out["posterior_predictive"] = {name: site["value"] for name, site in tr.items()
                                            if site["type"] == "sample" and name not in values}
         elif predictive:  # the approximation's own, for one draw
-            pp = gp.posterior_predictive({k: v[None, None] for k, v in values.items()}, key, X, y, **kw)
+            pp = gp.posterior_predictive({k: v[None, None] for k, v in values.items()}, rng_key, X, y, **kw)
             out["posterior_predictive"] = {k: v[0, 0] for k, v in pp.items() if k not in values}
         return out
 
-    def evaluate(constant, varying, key, which, X, y):
-        keys = jax.random.split(key, S)[which]
+    def evaluate(constant, varying, rng_key, which, X, y):
+        keys = jax.random.split(rng_key, S)[which]
         if set(varying) - {site}:  # hyperparameters vary (MCMC): each draw factorises its own Kuu
             return _map_draws(lambda a: one(constant, *a, X, y), (varying, keys))
         if block >= len(which):
@@ -445,7 +445,7 @@ def _pointwise_groups(gp, X, y, draws: dict, which, kw, key, *, log_likelihood: 
         return jax.lax.map(lambda a: one(constant, *a, X, y), (varying, keys), batch_size=block)
 
     # everything enters as an argument: closed-over arrays would be constants that XLA folds at compile time
-    out = jax.jit(evaluate)(constant, varying, key, jnp.asarray(which), X, y)
+    out = jax.jit(evaluate)(constant, varying, rng_key, jnp.asarray(which), X, y)
     # keep the pointwise terms only (a scalar factor, e.g. a collapsed bound, has none)
     return {group: {k: np.asarray(v)[None] for k, v in values.items() if v.shape[1:] == (N,)}
             for group, values in out.items()}

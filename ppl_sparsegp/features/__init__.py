@@ -2,7 +2,7 @@
 ``sufficient_statistics``) registered next to the class into :mod:`ppl_sparsegp.covariances`. A family's
 file must be imported here, or its registrations never run."""
 # import-time registrations: VFF's one-pass sufficient_statistics; the float32-on-GPU check of every Kuu
-from . import fourier_statistics, precision  # noqa: F401
+from . import float32, fourier_statistics  # noqa: F401
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures

@@ -3,7 +3,7 @@
 A family is a subclass plus its registrations in the dispatchers of :mod:`ppl_sparsegp.covariances`
 (``Kuu``, ``Kuf``, and where its structure demands ``conditional`` and ``sufficient_statistics``), in its
 own file under ``features/``, imported in ``features/__init__.py`` (else its registrations never run).
-The float32 warnings are :mod:`~ppl_sparsegp.features.precision`."""
+The float32 warnings are :mod:`~ppl_sparsegp.features.float32`."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +11,7 @@ import contextlib
 import jax
 
 from ..parameters import Module, is_concrete
-from .precision import Float32Warning  # noqa: F401  (re-exported: public here before)
+from .float32 import Float32Warning  # noqa: F401  (re-exported: public here before)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "TooManyFeatures", "refined_features"]
 

@@ -31,10 +31,10 @@ from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
 from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
+from .float32 import warn_float32
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
-from .precision import warn_float32
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]
@@ -231,7 +231,7 @@ def _outer(vectors):
 
 
 @conditional.register(KroneckerFeatures)
-def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
+def _conditional_kronecker(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, rng_key=None):
     """On a Grid, per-axis projections A_d: mean = (⊗A_d)ᵀ m by axis contractions, and
     diag(K_fu K_uu⁻¹ K_uf) = ⊗_d colsums — O(M^D G) with no (M^D × G) matrix. With ``q_cov`` the term
     diag(Aᵀ S A) forms A = ⊗_d A_d (M^D × G), as the default forms Kuf."""
@@ -295,12 +295,12 @@ class AdditiveOrthogonal(AdditiveFeatures):
         X = self.check_inputs(X)
         return [(f, k, X[:, d:d + 1]) for d, (f, k) in enumerate(zip(self.features, kernel.kernels))]
 
-    def monte_carlo_conditional(self, kernel, X, q_mu, q_cov, key):
+    def monte_carlo_conditional(self, kernel, X, q_mu, q_cov, rng_key):
         """The Monte Carlo ``(mean, var)`` of :func:`~ppl_sparsegp.features.trigonometric.monte_carlo_conditional`
         for this sum of columns: its MC columns use their estimator, the others their exact Kuf (see the class
         docstring)."""
         parts = self._blocks(kernel, X)
-        keys = jax.random.split(key, len(parts))
+        keys = jax.random.split(rng_key, len(parts))
         offsets = np.cumsum([0] + [f.num_features for f, _, _ in parts])
         if q_cov is None:
             mu1 = mu2 = var = 0.0
@@ -332,7 +332,7 @@ def _kuu_additive(feature, kernel):
 
 
 @conditional.register(AdditiveOrthogonal)
-def _conditional_additive(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
-    if key is None or not feature.monte_carlo:
+def _conditional_additive(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, rng_key=None):
+    if rng_key is None or not feature.monte_carlo:
         return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
-    return feature.monte_carlo_conditional(kernel, X, q_mu, q_cov, key)
+    return feature.monte_carlo_conditional(kernel, X, q_mu, q_cov, rng_key)

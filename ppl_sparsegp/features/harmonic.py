@@ -57,7 +57,7 @@ from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
 from ..linalg import StackedBlockDiag
 from ..parameters import Param, is_concrete
 from .base import InducingFeature
-from .precision import warn_float32
+from .float32 import warn_float32
 
 __all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters"]
 

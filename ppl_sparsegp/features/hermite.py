@@ -33,8 +33,8 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential
 from ..linalg import Identity
 from ..parameters import Param, is_concrete
-from ._vof import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 from .base import InducingFeature
+from .orthogonal import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 
 __all__ = ["HermiteFeatures", "hermite_width", "hermite_unresolved"]
 

@@ -9,7 +9,7 @@ from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
 from ..parameters import Param, is_concrete
 from .base import InducingFeature
-from .precision import warn_float32
+from .float32 import warn_float32
 
 __all__ = ["InducingPoints"]
 

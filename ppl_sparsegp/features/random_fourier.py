@@ -56,7 +56,8 @@ from jax.scipy.special import gammainc, gammaln, ndtri
 from numpyro.distributions import Distribution, constraints
 
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential, Stationary, _Matern, check_inputs
+from ..kernels import SquaredExponential, Stationary, check_inputs
+from ..kernels.stationary import _Matern
 from ..linalg import Diagonal
 from ..parameters import Param, check_finite, is_concrete
 from .base import InducingFeature
@@ -101,9 +102,9 @@ class RandomFourierFeatures(InducingFeature):
         self._set(frequencies=frequencies)
 
     @classmethod
-    def from_kernel(cls, kernel, key, num_frequencies: int, input_dim: int, method: str = "mc"):
+    def from_kernel(cls, kernel, rng_key, num_frequencies: int, input_dim: int, method: str = "mc"):
         """Frequencies drawn from the kernel's spectral density with :func:`sample_frequencies`."""
-        return cls(sample_frequencies(kernel, key, num_frequencies, input_dim, method))
+        return cls(sample_frequencies(kernel, rng_key, num_frequencies, input_dim, method))
 
     @property
     def num_frequencies(self) -> int:
@@ -214,10 +215,10 @@ class ImportanceFourierFeatures(InducingFeature):
         self._set(frequencies=frequencies, proposal=proposal)
 
     @classmethod
-    def from_proposal(cls, proposal, key, num_frequencies: int, input_dim: int, method: str = "qmc"):
+    def from_proposal(cls, proposal, rng_key, num_frequencies: int, input_dim: int, method: str = "qmc"):
         """R frequencies drawn from the proposal kernel's spectral density (:func:`sample_frequencies`,
         scaled to absolute units by the proposal's lengthscale)."""
-        unit = sample_frequencies(proposal, key, num_frequencies, input_dim, method)
+        unit = sample_frequencies(proposal, rng_key, num_frequencies, input_dim, method)
         return cls(unit / proposal._lengthscales(input_dim), proposal)
 
     @property
@@ -332,7 +333,7 @@ def _primes(n: int) -> list:
     return out
 
 
-def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
+def scrambled_halton(rng_key, num_points: int, dim: int, *, dtype=None):
     r"""Randomised Halton points in :math:`(0, 1)^{dim}`, shape (num_points, dim).
 
     Coordinate j is the radical inverse of the index :math:`i = 0, 1, \dots` in the j-th prime base
@@ -340,9 +341,9 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
     :math:`u_{ij} = \sum_k \pi_{jk}(a_k(i))\,b_j^{-k-1}`. Each point is marginally uniform (on the
     :math:`b^{-K}` grid, K chosen for a resolution below 2⁻⁴⁰), and the stratification of the Halton
     sequence is kept: for :math:`n = b_j^m` points every interval :math:`[c/n, (c+1)/n)` of coordinate j
-    holds exactly one point. Traceable in ``key`` (static shapes).
+    holds exactly one point. Traceable in ``rng_key`` (static shapes).
 
-    :param key: a JAX PRNG key (the digit permutations).
+    :param rng_key: a JAX PRNG key (the digit permutations).
     :param num_points: the number of points; ``dim``: their dimension (at most the primes tabulated).
     :param dtype: the float dtype of the result (default: JAX's default float).
     :returns: an array (num_points, dim) in (0, 1).
@@ -351,14 +352,14 @@ def scrambled_halton(key, num_points: int, dim: int, *, dtype=None):
         raise ValueError(f"num_points must be a positive int, got {num_points!r}")
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise ValueError(f"dim must be a positive int, got {dim!r}")
-    return _halton(key, int(num_points), int(dim), jnp.result_type(float) if dtype is None else dtype)
+    return _halton(rng_key, int(num_points), int(dim), jnp.result_type(float) if dtype is None else dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _halton(key, num_points, dim, dtype):
+def _halton(rng_key, num_points, dim, dtype):
     idx = np.arange(num_points, dtype=np.int64)
     cols = []
-    for j, (b, kj) in enumerate(zip(_primes(dim), jax.random.split(key, dim))):
+    for j, (b, kj) in enumerate(zip(_primes(dim), jax.random.split(rng_key, dim))):
         n_digits = max(1, math.ceil(math.log(num_points) / math.log(b) + 1e-12)) + math.ceil(40 / math.log2(b))
         digits = (idx[:, None] // b ** np.arange(n_digits, dtype=np.int64)[None, :]) % b  # (n, K), static
         perms = jax.vmap(lambda k: jax.random.permutation(k, b))(jax.random.split(kj, n_digits))  # (K, b)
@@ -403,11 +404,11 @@ def _inverse_cdf(kernel, u, input_dim):
     raise ValueError(f"quasi-Monte Carlo frequencies are not available for {type(kernel).__name__}")
 
 
-def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method: str = "mc"):
+def sample_frequencies(kernel, rng_key, num_frequencies: int, input_dim: int, method: str = "mc"):
     r"""R frequencies of the unit-lengthscale kernel, shape (R, D), by ``method`` (module docstring).
 
     :param kernel: a stationary kernel (its family chooses :math:`p_1`).
-    :param key: a JAX PRNG key.
+    :param rng_key: a JAX PRNG key.
     :param num_frequencies: R.
     :param input_dim: D.
     :param method: ``"mc"``, ``"qmc"`` (scrambled Halton) or ``"orf"`` (orthogonal random features).
@@ -420,18 +421,18 @@ def sample_frequencies(kernel, key, num_frequencies: int, input_dim: int, method
     for name, v in (("num_frequencies", num_frequencies), ("input_dim", input_dim)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return _sample(_unit_kernel(kernel), key, int(num_frequencies), int(input_dim), method)
+    return _sample(_unit_kernel(kernel), rng_key, int(num_frequencies), int(input_dim), method)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def _sample(unit, key, R, D, method):  # jitted: eager dispatch of the Halton digits is slow
+def _sample(unit, rng_key, R, D, method):  # jitted: eager dispatch of the Halton digits is slow
     if method == "mc":
-        return unit.sample_unit_frequencies(key, R, D)
+        return unit.sample_unit_frequencies(rng_key, R, D)
     if method == "qmc":
         extra = 0 if isinstance(unit, SquaredExponential) else 1
-        return _inverse_cdf(unit, scrambled_halton(key, R, D + extra), D)
+        return _inverse_cdf(unit, scrambled_halton(rng_key, R, D + extra), D)
     # orthogonal random features: Haar-orthogonal blocks of D directions, radii from p₁
-    k_dir, k_rad = jax.random.split(key)
+    k_dir, k_rad = jax.random.split(rng_key)
     blocks = -(-R // D)
     G = jax.random.normal(k_dir, (blocks, D, D))
     Q, Rq = jnp.linalg.qr(G)

@@ -62,7 +62,8 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
-from ._vof import (
+from .base import InducingFeature
+from .orthogonal import (
     INV_SQRT_2PI,
     check_num_features,
     fewest_resolving,
@@ -71,7 +72,6 @@ from ._vof import (
     rule_inputs,
     scalar_field,
 )
-from .base import InducingFeature
 
 __all__ = ["TrigonometricFeatures", "mc_moments", "monte_carlo_conditional", "quadrature_nodes", "ESTIMATORS",
            "BASES"]
@@ -336,17 +336,17 @@ def _trig_kuf(feature, kernel, x):
 
 
 # --- Monte Carlo estimators ----------------------------------------------------------------------------
-def _grid(key, T, a, dtype):
+def _grid(rng_key, T, a, dtype):
     """A systematic ("stratified") uniform grid on [−a, a]: one shared uniform offset [1, App. E.1]."""
-    u = jax.random.uniform(key, (), dtype)
+    u = jax.random.uniform(rng_key, (), dtype)
     return -a + 2.0 * a * (jnp.arange(T, dtype=dtype) + u) / T
 
 
-def _mc_sets(feature, kernel, x, key):
+def _mc_sets(feature, kernel, x, rng_key):
     """Two independent MC factor sets (P1, F1), (P2, F2); the second grid permuted for "paired"."""
     T = feature.num_samples
     a = jnp.asarray(feature.band, x.dtype)
-    k1, k2, kp = jax.random.split(key, 3)
+    k1, k2, kp = jax.random.split(rng_key, 3)
     w1, w2 = _grid(k1, T, a, x.dtype), _grid(k2, T, a, x.dtype)
     if feature.estimator == "paired":
         w2 = jax.random.permutation(kp, w2)
@@ -354,7 +354,7 @@ def _mc_sets(feature, kernel, x, key):
     return _factors(feature, kernel, w1, weight, x), _factors(feature, kernel, w2, weight, x)
 
 
-def mc_moments(feature, kernel, X, q_mu, q_cov, key):
+def mc_moments(feature, kernel, X, q_mu, q_cov, rng_key):
     r"""Unbiased MC estimates ``(mu1, mu2, var)`` for one :class:`TrigonometricFeatures` [1, §3.3].
 
     ``mu1``, ``mu2``: independent estimates of :math:`\mu_n = K_{uf}[:,n]^\top\mathbf m`;
@@ -364,7 +364,7 @@ def mc_moments(feature, kernel, X, q_mu, q_cov, key):
     per batch, then O(T) per point (see :class:`TrigonometricFeatures` for the costs).
     """
     x = feature.check_inputs(X)[:, 0] - feature.centre
-    (P1, F1), (P2, F2) = _mc_sets(feature, kernel, x, key)
+    (P1, F1), (P2, F2) = _mc_sets(feature, kernel, x, rng_key)
     M, _, J = P1.shape
     mu1 = jnp.einsum("pjn,pj->n", F1, jnp.einsum("mpj,m->pj", P1, q_mu))  # Sec. 3.3 [1]
     mu2 = jnp.einsum("pjn,pj->n", F2, jnp.einsum("mpj,m->pj", P2, q_mu))
@@ -378,10 +378,10 @@ def mc_moments(feature, kernel, X, q_mu, q_cov, key):
     return mu1, mu2, kernel.diag(X) + quad
 
 
-def mc_kuf_pair(feature, kernel, X, key):
+def mc_kuf_pair(feature, kernel, X, rng_key):
     """Two independent unbiased estimates of Kuf (M, N) (explicit; O(NMT))."""
     x = feature.check_inputs(X)[:, 0] - feature.centre
-    (P1, F1), (P2, F2) = _mc_sets(feature, kernel, x, key)
+    (P1, F1), (P2, F2) = _mc_sets(feature, kernel, x, rng_key)
     return jnp.einsum("mpj,pjn->mn", P1, F1), jnp.einsum("mpj,pjn->mn", P2, F2)
 
 
@@ -396,13 +396,13 @@ def combine_moments(mu1, mu2, var):
 
 
 @conditional.register(TrigonometricFeatures)
-def _conditional_trig(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, key=None):
-    if key is None or not _uses_mc(feature):  # deterministic quadrature (Kuu = I: whitened and unwhitened coincide)
+def _conditional_trig(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm=None, rng_key=None):
+    if rng_key is None or not _uses_mc(feature):  # deterministic quadrature (Kuu = I: whitened and unwhitened coincide)
         return conditional.default(feature, kernel, X, q_mu, q_cov, whiten=whiten, Kmm=Kmm)
-    return monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, key)
+    return monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, rng_key)
 
 
-def monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, key):
+def monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, rng_key):
     r"""The Monte Carlo ``(mean, var)`` of :func:`conditional` in MC mode, for an explicit key.
 
     ``mean`` :math:`= (\hat\mu_1+\hat\mu_2)/2`, ``var`` :math:`= \hat\sigma^2 + \hat\mu_1\hat\mu_2 -
@@ -416,8 +416,8 @@ def monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, key):
     if isinstance(feature, TrigonometricFeatures):
         if feature.estimator == "exact":
             raise ValueError("monte_carlo_conditional needs estimator='stratified' or 'paired'")
-        return combine_moments(*mc_moments(feature, kernel, X, q_mu, q_cov, key))
+        return combine_moments(*mc_moments(feature, kernel, X, q_mu, q_cov, rng_key))
     method = getattr(feature, "monte_carlo_conditional", None)  # AdditiveOrthogonal sums its columns
     if method is None:
         raise TypeError(f"monte_carlo_conditional: unsupported feature {type(feature).__name__}")
-    return method(kernel, X, q_mu, q_cov, key)
+    return method(kernel, X, q_mu, q_cov, rng_key)

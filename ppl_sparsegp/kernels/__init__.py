@@ -5,7 +5,7 @@ the sphere) and :mod:`~ppl_sparsegp.kernels.combinations` (sums, products, the c
 
 Every kernel has ``variance`` :math:`\sigma^2` and ``lengthscale`` :math:`\ell` (a scalar, or one per
 input dimension), evaluates its Gram matrix ``k(X1, X2)`` for inputs of shape (N, D) and its ``diag(X)``;
-a stationary one also has ``spectral_density(omega)`` and ``sample_frequencies(key, n, input_dim)``.
+a stationary one also has ``spectral_density(omega)`` and ``sample_frequencies(rng_key, n, input_dim)``.
 
 **Spectral convention (the only one in the library).** For a stationary kernel
 :math:`k(\mathbf x, \mathbf x') = \kappa(\mathbf r)`, :math:`\mathbf r = \mathbf x - \mathbf x'`,
@@ -27,9 +27,9 @@ References:
     2. Rasmussen, Williams (2006), Gaussian Processes for Machine Learning, §4.2.
 """
 from .base import Kernel, as_points, check_inputs  # noqa: F401  (as_points: kept importable from here)
-from .combinations import Additive, Product, _Combination, constant_kernel_diagonal  # noqa: F401
+from .combinations import Additive, Product, constant_kernel_diagonal
 from .periodic import Periodic
-from .stationary import Matern12, Matern32, Matern52, SquaredExponential, Stationary, _Matern  # noqa: F401
+from .stationary import Matern12, Matern32, Matern52, SquaredExponential, Stationary
 from .zonal import ArcCosine, ChordalMatern, SphereEmbedded, Zonal
 
 __all__ = ["Periodic", "SphereEmbedded", "Zonal", "ArcCosine", "ChordalMatern", "constant_kernel_diagonal", "Kernel",

@@ -81,8 +81,8 @@ class Product(_Combination):
         return jnp.prod(jnp.stack([k.spectral_density(omega[..., d:d + 1])
                                    for d, k in enumerate(self.kernels)]), 0)
 
-    def sample_frequencies(self, key, n, input_dim=None):
-        keys = jax.random.split(key, len(self.kernels))
+    def sample_frequencies(self, rng_key, n, input_dim=None):
+        keys = jax.random.split(rng_key, len(self.kernels))
         return jnp.concatenate([k.sample_frequencies(kk, n, 1) for k, kk in zip(self.kernels, keys)], 1)
 
 

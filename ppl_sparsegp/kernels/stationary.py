@@ -3,7 +3,7 @@ Matérn-1/2, 3/2, 5/2, with their spectral densities and frequency samplers.
 
 Every kernel has ``variance`` :math:`\sigma^2` and ``lengthscale`` :math:`\ell` (a scalar, or one per
 input dimension), evaluates its Gram matrix ``k(X1, X2)`` for inputs of shape (N, D), its ``diag(X)``, its
-``spectral_density(omega)`` and draws ``sample_frequencies(key, n, input_dim)``.
+``spectral_density(omega)`` and draws ``sample_frequencies(rng_key, n, input_dim)``.
 
 The spectral convention (the only one in the library, :mod:`ppl_sparsegp.kernels`): :math:`s(\boldsymbol
 \omega) = \int\kappa(\mathbf r)e^{-i\boldsymbol\omega^\top\mathbf r}d\mathbf r` with angular frequency
@@ -113,14 +113,14 @@ class Stationary(Kernel):
         ls = self._lengthscales(D)
         return jnp.sum(jnp.log(ls)) + self.log_unit_density(omega * ls)
 
-    def sample_unit_frequencies(self, key, n, input_dim):
+    def sample_unit_frequencies(self, rng_key, n, input_dim):
         """n draws from p₁ (unit lengthscale), shape (n, input_dim)."""
         raise NotImplementedError
 
-    def sample_frequencies(self, key, n, input_dim=None):
+    def sample_frequencies(self, rng_key, n, input_dim=None):
         """n frequencies from the normalised spectral density p(ω), shape (n, D)."""
         D = input_dim if input_dim is not None else (self.input_dim or 1)
-        return self.sample_unit_frequencies(key, n, D) / self._lengthscales(D)
+        return self.sample_unit_frequencies(rng_key, n, D) / self._lengthscales(D)
 
 
 @jax.jit
@@ -157,8 +157,8 @@ class SquaredExponential(Stationary):
         D = w.shape[-1]
         return -0.5 * jnp.sum(w**2, -1) - 0.5 * D * math.log(2 * math.pi)
 
-    def sample_unit_frequencies(self, key, n, input_dim):
-        return jax.random.normal(key, (n, input_dim))
+    def sample_unit_frequencies(self, rng_key, n, input_dim):
+        return jax.random.normal(rng_key, (n, input_dim))
 
 
 class _Matern(Stationary):
@@ -172,8 +172,8 @@ class _Matern(Stationary):
         return (gammaln((df + D) / 2) - gammaln(df / 2) - 0.5 * D * math.log(df * math.pi)
                 - 0.5 * (df + D) * jnp.log1p(jnp.sum(w**2, -1) / df))
 
-    def sample_unit_frequencies(self, key, n, input_dim):
-        kz, kg = jax.random.split(key)
+    def sample_unit_frequencies(self, rng_key, n, input_dim):
+        kz, kg = jax.random.split(rng_key)
         z = jax.random.normal(kz, (n, input_dim))
         g = 2.0 * jax.random.gamma(kg, self.nu, (n, 1))  # chi-square with 2ν degrees of freedom
         return z / jnp.sqrt(g / (2.0 * self.nu))

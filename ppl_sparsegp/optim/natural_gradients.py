@@ -56,7 +56,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.elbo import ELBO
 from numpyro.optim import Adam
 
-from ..compat import NumPyroOptim, subsample_indices
+from ..numpyro_internals import NumPyroOptim, subsample_indices
 
 __all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp", "gamma_schedule"]
 
@@ -397,7 +397,7 @@ class AnalyticELBO(ELBO):
             idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
             X, y = jnp.take(jnp.asarray(X), idx, axis=0), jnp.take(jnp.asarray(y), idx, axis=0)
         key = k_mc if gp.likelihood.monte_carlo else None
-        elbo = gp.elbo(param_map, X, y, key=key, num_data=N)
+        elbo = gp.elbo(param_map, X, y, rng_key=key, num_data=N)
         values = gp.point_values(param_map)
         log_prior = sum(jnp.sum(prior.log_prob(values[site])) for site, prior in
                         gp.hyperparameter_sites().items())

@@ -34,7 +34,8 @@ def set_host_device_count(n: int) -> bool:
 
 if not callable(getattr(SteinVI, "_kernel_grad", None)):  # pragma: no cover - guards a numpyro upgrade
     raise ImportError("numpyro's SteinVI no longer has the private _kernel_grad that "
-                      "ppl_sparsegp.compat.SteinVIWithDivergence overrides: update it for this numpyro version")
+                      "ppl_sparsegp.numpyro_internals.SteinVIWithDivergence overrides: update it for this numpyro "
+                      "version")
 
 
 class SteinVIWithDivergence(SteinVI):

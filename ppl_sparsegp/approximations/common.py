@@ -10,9 +10,11 @@ import jax
 import jax.numpy as jnp
 from numpyro import handlers
 
-from ..compat import inside_model_run
 from ..conditionals import conditional, projected_mean
 from ..kernels import check_inputs
+from ..numpyro_internals import inside_model_run
+
+__all__ = ["site_names", "require", "require_params", "require_samples", "require_model", "as_inputs", "project"]
 
 
 def site_names(gp, fn, kind: str) -> list:

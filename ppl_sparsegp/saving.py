@@ -61,8 +61,8 @@ import numpy as np
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import Transform
 
-from .approximations._shared import require_params
 from .approximations.base import GPModel
+from .approximations.common import require_params
 from .parameters import Module, Param
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]

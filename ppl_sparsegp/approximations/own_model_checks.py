@@ -9,10 +9,10 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import Distribution
 
-from ..compat import handler_stack
 from ..features.base import InducingFeature
 from ..features.fourier import FourierFeatures
 from ..kernels import Kernel, Periodic
+from ..numpyro_internals import handler_stack
 from ..parameters import Param, free_leaves, free_sites
 
 
@@ -115,9 +115,10 @@ def check_marginal_gps(name: str, named: list, *, exact: bool = False):
     check_new_sites(sites, name)
 
 
-def check_noise_shape(noise):
+def check_noise_shape(noise_scale):
     """σ is one number, shared by the observations and by the outputs of enclosing plates."""
-    if jnp.shape(noise):
-        raise ValueError(f"noise must be one standard deviation (a scalar, shared by every observation and output), "
-                         f"got shape {jnp.shape(noise)}; sample a noise prior outside any plate. For noise that varies "
-                         f"with the input or the output, use spectral_gp with dist.Normal(f, noise) instead")
+    if jnp.shape(noise_scale):
+        raise ValueError(f"noise_scale must be one standard deviation (a scalar, shared by every observation and "
+                         f"output), got shape {jnp.shape(noise_scale)}; sample a noise prior outside any plate. For "
+                         f"noise that varies with the input or the output, use spectral_gp with dist.Normal(f, noise) "
+                         f"instead")

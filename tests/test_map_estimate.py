@@ -43,3 +43,18 @@ def test_a_start_outside_the_support_is_refused():
                          psg.Gaussian(0.1))
     with pytest.raises(ValueError, match="not finite at the start"):
         psg.map_lbfgs(gp.model, gp.hyperparameter_sites(), model_args=(X, y), init={"kernel_variance": np.inf})
+
+
+def test_rng_key_takes_a_key_or_an_int():
+    """``rng_key``: an int s is ``jax.random.PRNGKey(s)`` (the same draws), anything else is refused by name."""
+    import jax
+
+    from ppl_sparsegp.approximations.map_estimate import prior_medians
+
+    sites = {"a": dist.LogNormal(0.0, 1.0), "b": dist.Normal(2.0, 3.0)}
+    by_int, by_key = prior_medians(sites, 7), prior_medians(sites, jax.random.PRNGKey(7))
+    other = prior_medians(sites, 8)
+    assert all(float(by_int[k]) == float(by_key[k]) for k in sites)
+    assert any(float(by_int[k]) != float(other[k]) for k in sites)
+    with pytest.raises(TypeError, match="rng_key must be a JAX PRNG key"):
+        prior_medians(sites, 1.5)

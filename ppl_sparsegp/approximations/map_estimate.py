@@ -22,29 +22,31 @@ from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
+from ..parameters import as_rng_key
+
 __all__ = ["map_lbfgs", "prior_medians"]
 
 
-def prior_medians(sites: dict, seed: int = 0, num: int = 101) -> dict:
+def prior_medians(sites: dict, rng_key=0, num: int = 101) -> dict:
     """Median of ``num`` prior draws per site (a robust starting point).
 
     :param sites: ``{name: NumPyro distribution}``.
-    :param seed: the PRNG seed of the draws.
+    :param rng_key: the JAX PRNG key of the draws, or an int (``jax.random.PRNGKey(rng_key)``).
     :param num: draws per site.
     :returns: ``{name: array}`` of the sites' shapes."""
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(sites))
+    keys = jax.random.split(as_rng_key(rng_key), len(sites))
     return {k: jnp.median(p.sample(key, (num,)), axis=0) for key, (k, p) in zip(keys, sites.items())}
 
 
 def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dict | None = None,
-              maxiter: int = 500, seed: int = 0):
+              num_steps: int = 500, rng_key=0):
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
 
     :param model: a NumPyro model whose only latent sites are ``sites`` (e.g. ``CollapsedGP.model``).
     :param sites: ``{name: NumPyro distribution}`` (e.g. ``gp.hyperparameter_sites()``).
     :param model_args: positional arguments of the model (e.g. ``(X, y)``); ``model_kwargs`` keyword ones.
-    :param maxiter: the most L-BFGS-B iterations.
-    :param seed: the PRNG seed of the default starting point.
+    :param num_steps: at most this many L-BFGS-B iterations (it stops earlier at convergence).
+    :param rng_key: the JAX PRNG key of the default starting point, or an int (``jax.random.PRNGKey(rng_key)``).
     :param init: starting values per site (default: the median of 101 prior draws).
     :raises ValueError: when the objective is not finite at the start (a bad ``init``).
 
@@ -54,7 +56,7 @@ def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dic
     """
     model_kwargs = dict(model_kwargs or {})
     transforms = {k: biject_to(p.support) for k, p in sites.items()}
-    init = prior_medians(sites, seed) if init is None else init
+    init = prior_medians(sites, rng_key) if init is None else init
     u0 = {k: transforms[k].inv(jnp.asarray(init[k])) for k in sites}
     flat0, unravel = ravel_pytree(u0)
 
@@ -79,7 +81,7 @@ def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dic
     from scipy.optimize import minimize
 
     res = minimize(fun, np.asarray(flat0, np.float64), jac=True, method="L-BFGS-B",
-                   options={"maxiter": maxiter})
+                   options={"maxiter": num_steps})
     values = {k: np.asarray(v) for k, v in constrained(unravel(jnp.asarray(res.x))).items()}
     info = {"iterations": int(res.nit), "evaluations": int(res.nfev), "neg_log_joint": float(res.fun),
             "success": bool(res.success), "message": str(res.message),

@@ -16,7 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 
 import ppl_sparsegp as psg
-from ppl_sparsegp import fits
+from ppl_sparsegp import saving
 from ppl_sparsegp.approximations import map_lbfgs
 from ppl_sparsegp.features import FourierFeatures, KroneckerFeatures
 from ppl_sparsegp.features.fourier_statistics import fourier_statistics
@@ -79,7 +79,7 @@ def the_fits(names):
         out["collapsed-map"] = (collapsed.with_data(X1, Y), {f"{k}_map": v for k, v in values.items()}, "1d")
     if "collapsed-map-lbfgs" in names:  # the same found by L-BFGS (map_lbfgs, as the runner does)
         collapsed = psg.CollapsedGP(psg.InducingPoints(X1[::8]), kernel())
-        values, _ = map_lbfgs(collapsed.model, collapsed.hyperparameter_sites(), model_args=(X1, Y), maxiter=20)
+        values, _ = map_lbfgs(collapsed.model, collapsed.hyperparameter_sites(), model_args=(X1, Y), num_steps=20)
         out["collapsed-map-lbfgs"] = (collapsed.with_data(X1, Y), {f"{k}_map": v for k, v in values.items()}, "1d")
     if "sparse-inducing-poisson" in names:
         ip = psg.SparseGP(psg.InducingPoints(psg.Param(X2[:6])), kernel(), Poisson(exposure=2.0),
@@ -102,7 +102,7 @@ def the_fits(names):
 LOADER = textwrap.dedent("""
     import sys, numpy as np, jax
     jax.config.update("jax_enable_x64", True)
-    from ppl_sparsegp.fits import load_fit
+    from ppl_sparsegp.saving import load_fit
     folder, names = sys.argv[1], sys.argv[2:]
     X_new = np.load(f"{folder}/x_new.npz")
     out = {}
@@ -119,7 +119,7 @@ def save_and_predict_elsewhere(tmp_path, names):
     cases = the_fits(names)
     expected = {}
     for name, (gp, params, which) in cases.items():
-        fits.save_fit(tmp_path / f"{name}.npz", gp, params, metadata={"case": name})
+        saving.save_fit(tmp_path / f"{name}.npz", gp, params, metadata={"case": name})
         pred = jax.jit(lambda p, x, gp=gp: gp.predict(x, params=p))(params, X_NEW[which])
         expected.update({f"{name}/{k}": np.asarray(v) for k, v in pred.items()})
     np.savez(tmp_path / "x_new.npz", **{name: X_NEW[which] for name, (_, _, which) in cases.items()})
@@ -149,13 +149,13 @@ def test_a_map_fit_holding_its_data_loads_as_it_was_saved(tmp_path):
     """CollapsedGP with MAP params (NumPy arrays) and the training data it conditions on: every attribute
     and param comes back equal, with its type and dtype; the metadata too."""
     gp, params, _ = the_fits(("collapsed-map",))["collapsed-map"]
-    fits.save_fit(tmp_path / "map.npz", gp, params, metadata={"method": "map", "steps": 20})
-    back, back_params = fits.load_fit(tmp_path / "map.npz")
-    assert type(back) is psg.CollapsedGP and fits._same(fits._state(gp), fits._state(back))
+    saving.save_fit(tmp_path / "map.npz", gp, params, metadata={"method": "map", "steps": 20})
+    back, back_params = saving.load_fit(tmp_path / "map.npz")
+    assert type(back) is psg.CollapsedGP and saving._same(saving._state(gp), saving._state(back))
     np.testing.assert_array_equal(back.data[0], X1)
-    assert fits._same(params, back_params) and all(isinstance(v, np.ndarray) for v in back_params.values())
-    meta = fits.load_metadata(tmp_path / "map.npz")
-    assert meta["metadata"] == {"method": "map", "steps": 20} and meta["format_version"] == fits.FORMAT_VERSION
+    assert saving._same(params, back_params) and all(isinstance(v, np.ndarray) for v in back_params.values())
+    meta = saving.load_metadata(tmp_path / "map.npz")
+    assert meta["metadata"] == {"method": "map", "steps": 20} and meta["format_version"] == saving.FORMAT_VERSION
     assert meta["approximation"] == "ppl_sparsegp.CollapsedGP"
 
 
@@ -189,27 +189,27 @@ def test_every_kind_of_template_survives_the_description():
         psg.Softmax(3), psg.RobustMax(3, 1e-3), psg.StudentT(dist.Exponential(1.0), 0.1), psg.Bernoulli("probit"),
         np.float64(3.5), (1, [2.0, None], "s"),
     ]
-    enc = fits._Encoder()
+    enc = saving._Encoder()
     text = json.dumps([enc(o, f"object {i}") for i, o in enumerate(objects)])
-    back = [fits._Decoder(enc.arrays, "test", "test")(node, "o") for node in json.loads(text)]
+    back = [saving._Decoder(enc.arrays, "test", "test")(node, "o") for node in json.loads(text)]
     for original, rebuilt in zip(objects, back):
         assert type(rebuilt) is type(original)
-        assert fits._same(original, rebuilt), original
+        assert saving._same(original, rebuilt), original
     # the comparison sees a changed value, a changed prior, a changed constraint and a changed dtype
-    assert not fits._same(psg.Matern52(1.0, 2.0), psg.Matern52(1.0, 2.5))
-    assert not fits._same(psg.Matern52(dist.LogNormal(0.0, 1.0)), psg.Matern52(dist.LogNormal(0.0, 2.0)))
-    assert not fits._same(psg.Param(1.0, constraints.positive), psg.Param(1.0, constraints.greater_than(-1.0)))
-    assert not fits._same(np.ones(2), np.ones(2, np.float32))
+    assert not saving._same(psg.Matern52(1.0, 2.0), psg.Matern52(1.0, 2.5))
+    assert not saving._same(psg.Matern52(dist.LogNormal(0.0, 1.0)), psg.Matern52(dist.LogNormal(0.0, 2.0)))
+    assert not saving._same(psg.Param(1.0, constraints.positive), psg.Param(1.0, constraints.greater_than(-1.0)))
+    assert not saving._same(np.ones(2), np.ones(2, np.float32))
 
 
 def rewrite(path, edit):
     """Rewrite the JSON header of a fit file with ``edit(header)`` (the arrays unchanged)."""
     with np.load(path) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    header = json.loads(str(arrays.pop(fits.HEADER)[()]))
+    header = json.loads(str(arrays.pop(saving.HEADER)[()]))
     edit(header)
     with open(path, "wb") as f:
-        np.savez(f, **{fits.HEADER: np.array(json.dumps(header))}, **arrays)
+        np.savez(f, **{saving.HEADER: np.array(json.dumps(header))}, **arrays)
     return path
 
 
@@ -217,7 +217,7 @@ def rewrite(path, edit):
 def saved(tmp_path_factory):
     gp = psg.SparseGP(FourierFeatures(-0.5, 1.5, 4), kernel(), psg.Gaussian(dist.LogNormal(-2.0, 1.0)))
     path = tmp_path_factory.mktemp("fit") / "fit.npz"
-    fits.save_fit(path, gp, fitted_like_params(gp))
+    saving.save_fit(path, gp, fitted_like_params(gp))
     return path
 
 
@@ -236,7 +236,7 @@ def saved(tmp_path_factory):
     (lambda h: h["model"]["args"]["kernel"]["fields"]["variance"].update({"__object__": "numpyro.infer.SVI"}),
      r"refusing to instantiate 'numpyro.infer.SVI'"),
     (lambda h: h["model"]["args"]["kernel"]["fields"]["variance"].update(
-        {"__object__": "ppl_sparsegp.fits.save_fit"}), r"'ppl_sparsegp.fits.save_fit' is not a class"),
+        {"__object__": "ppl_sparsegp.saving.save_fit"}), r"'ppl_sparsegp.saving.save_fit' is not a class"),
     (lambda h: h["params"].pop("f_v_loc"), r"the params do not match the approximation's guide: .*missing 'f_v_loc'"),
     (lambda h: h["model"]["args"].update(residual="bogus"),
      r"model: SparseGP\(...\) refused the saved arguments \(residual must be one of"),
@@ -244,8 +244,8 @@ def saved(tmp_path_factory):
 def test_incompatible_files_raise_clearly(saved, tmp_path, edit, message):
     path = tmp_path / "edited.npz"
     path.write_bytes(saved.read_bytes())
-    with pytest.raises(fits.FitFileError, match=message):
-        fits.load_fit(rewrite(path, edit))
+    with pytest.raises(saving.FitFileError, match=message):
+        saving.load_fit(rewrite(path, edit))
 
 
 def test_a_static_field_added_since_the_file_was_written_takes_its_default(tmp_path):
@@ -256,32 +256,32 @@ def test_a_static_field_added_since_the_file_was_written_takes_its_default(tmp_p
     gp = psg.SparseGP(psg.SphericalHarmonicFeatures(2, 4, kernel=psg.ArcCosine(1)), psg.ArcCosine(1),
                       psg.Gaussian(0.01))
     saved, params = tmp_path / "fit.npz", fitted_like_params(gp)
-    fits.save_fit(saved, gp, params)
+    saving.save_fit(saved, gp, params)
 
     def without(field):
         path = tmp_path / f"without_{field}.npz"
         path.write_bytes(saved.read_bytes())
         return rewrite(path, lambda h: h["model"]["args"]["feature"]["fields"].pop(field))
 
-    back, loaded = fits.load_fit(without("vanishing"))
+    back, loaded = saving.load_fit(without("vanishing"))
     assert back.feature.vanishing is None and back.feature.degrees == gp.feature.degrees == (0, 1, 2, 4)
     assert back.feature.refined().degrees == (0, 1, 2, 4, 6, 8)  # the parity read from the saved degrees
     a, b = gp.predict(X2, params=params), back.predict(X2, params=loaded)
     for k in a:
         np.testing.assert_array_equal(np.asarray(b[k]), np.asarray(a[k]))
-    with pytest.raises(fits.FitFileError, match=r"the file lacks \['degrees'\]"):
-        fits.load_fit(without("degrees"))
+    with pytest.raises(saving.FitFileError, match=r"the file lacks \['degrees'\]"):
+        saving.load_fit(without("degrees"))
 
 
 def test_files_that_are_not_fits(tmp_path):
     with pytest.raises(FileNotFoundError, match="no fit file at"):
-        fits.load_fit(tmp_path / "missing.npz")
+        saving.load_fit(tmp_path / "missing.npz")
     (tmp_path / "text.npz").write_text("hello")
-    with pytest.raises(fits.FitFileError, match="not a NumPy .npz archive"):
-        fits.load_fit(tmp_path / "text.npz")
+    with pytest.raises(saving.FitFileError, match="not a NumPy .npz archive"):
+        saving.load_fit(tmp_path / "text.npz")
     np.savez(tmp_path / "plain.npz", a=np.ones(2))
-    with pytest.raises(fits.FitFileError, match="has no 'fit.json' header"):
-        fits.load_fit(tmp_path / "plain.npz")
+    with pytest.raises(saving.FitFileError, match="has no 'fit.json' header"):
+        saving.load_fit(tmp_path / "plain.npz")
 
 
 def test_save_refuses_what_it_cannot_describe(tmp_path):
@@ -292,14 +292,14 @@ def test_save_refuses_what_it_cannot_describe(tmp_path):
         return psg.full_covariance(name, dim, Kmm, whiten)
 
     custom = psg.SparseGP(FourierFeatures(-0.5, 1.5, 4), kernel(), q_cov=my_family)
-    with pytest.raises(fits.FitFileError, match="q_cov is a user-defined callable .*my_family.*'auto', 'full'"):
-        fits.save_fit(tmp_path / "a.npz", custom, params)
+    with pytest.raises(saving.FitFileError, match="q_cov is a user-defined callable .*my_family.*'auto', 'full'"):
+        saving.save_fit(tmp_path / "a.npz", custom, params)
     with pytest.raises(ValueError, match="save_fit: params is missing 'f_v_scale_tril'"):
-        fits.save_fit(tmp_path / "b.npz", gp, {k: v for k, v in params.items() if k != "f_v_scale_tril"})
+        saving.save_fit(tmp_path / "b.npz", gp, {k: v for k, v in params.items() if k != "f_v_scale_tril"})
     with pytest.raises(TypeError, match="metadata must be JSON-serialisable"):
-        fits.save_fit(tmp_path / "c.npz", gp, params, metadata={"when": object()})
+        saving.save_fit(tmp_path / "c.npz", gp, params, metadata={"when": object()})
     with pytest.raises(TypeError, match="gp must be an approximation"):
-        fits.save_fit(tmp_path / "d.npz", gp.model, params)
+        saving.save_fit(tmp_path / "d.npz", gp.model, params)
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
@@ -307,7 +307,7 @@ def test_save_refuses_what_it_cannot_describe(tmp_path):
 def test_a_float64_fit_loaded_without_x64_warns(saved):
     """JAX rounds 64-bit arrays to 32 bits when jax_enable_x64 is off: load_fit says so and how to fix it."""
     code = ("import warnings, sys; warnings.filterwarnings('error', message='.*jax_enable_x64 is off')\n"
-            "from ppl_sparsegp.fits import load_fit\n"
+            "from ppl_sparsegp.saving import load_fit\n"
             "try:\n    load_fit(sys.argv[1])\nexcept UserWarning as w:\n    print(w)\n")
     run = subprocess.run([sys.executable, "-c", code, str(saved)], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "0"})
@@ -334,8 +334,8 @@ def test_own_model_fit_saves_reloads_and_predicts_the_same_numbers(tmp_path):
     mcmc = MCMC(NUTS(_own_model), num_warmup=15, num_samples=10, progress_bar=False)
     mcmc.run(jax.random.PRNGKey(0), **args)
     samples = mcmc.get_samples()
-    fits.save_fit(tmp_path / "own.npz", _own_model, samples, model_args=args, metadata={"note": "own"})
-    back_args, back_samples = fits.load_fit(tmp_path / "own.npz")
+    saving.save_fit(tmp_path / "own.npz", _own_model, samples, model_args=args, metadata={"note": "own"})
+    back_args, back_samples = saving.load_fit(tmp_path / "own.npz")
     assert set(back_args) == set(args) and set(back_samples) == set(samples)
     for k in samples:
         assert back_samples[k].dtype == samples[k].dtype and np.array_equal(back_samples[k], samples[k])
@@ -345,5 +345,5 @@ def test_own_model_fit_saves_reloads_and_predicts_the_same_numbers(tmp_path):
     after = Predictive(_own_model, back_samples)(key, **back_args, x_new=x_new)
     for site in ("g_new", "y_new"):
         assert np.array_equal(np.asarray(before[site]), np.asarray(after[site])), site
-    meta = fits.load_metadata(tmp_path / "own.npz")
-    assert meta["model_function"].endswith("test_fits._own_model") and meta["metadata"] == {"note": "own"}
+    meta = saving.load_metadata(tmp_path / "own.npz")
+    assert meta["model_function"].endswith("test_saving._own_model") and meta["metadata"] == {"note": "own"}
