@@ -50,7 +50,6 @@ MOST_USED = [
                                  "ppl_sparsegp.Gaussian", "ppl_sparsegp.Poisson", "ppl_sparsegp.Param"]),
     ("Whole-model approximations and fitting", ["ppl_sparsegp.SparseGP", "ppl_sparsegp.CollapsedGP",
                                                 "ppl_sparsegp.map_lbfgs", "ppl_sparsegp.optim.NaturalGradient",
-                                                "ppl_sparsegp.engines.fit_svi", "ppl_sparsegp.engines.fit_nuts",
                                                 "ppl_sparsegp.features.fourier_statistics.fourier_statistics"]),
     ("Diagnostics and saving", ["ppl_sparsegp.diagnostics.from_mcmc", "ppl_sparsegp.diagnostics.adequacy",
                                 "ppl_sparsegp.diagnostics.refinement_check", "ppl_sparsegp.diagnostics.predict",
