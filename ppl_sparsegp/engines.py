@@ -13,13 +13,14 @@ minibatch or Monte Carlo ELBO:
 * the loss's **scale** :math:`s = \max(|\ell_1|, |\ell^*|, \hat\sigma)`: the first step's loss
   :math:`\ell_1`, the best block median so far :math:`\ell^*` (the first loss included), and the loss's
   step-to-step noise :math:`\hat\sigma` (1.4826 × the median absolute deviation of the differences of
-  consecutive losses, over √2: the trend of a block cancels in them), of the first block (and, for the end
-  check, of the last), so that a loss near zero is judged by its noise;
+  consecutive losses, over √2: the trend of a block cancels in them) of the first block, so that a loss
+  near zero is judged by its noise;
 * **growth**: the median of a block exceeds the best by more than ``divergence_factor`` × s (default 10³:
   three orders of magnitude of the loss's own size), in two consecutive blocks or in the last one; a
   block median ignores isolated spikes, and a minibatch ELBO's noise is a fraction of s, never 10³ s;
-* **end far worse than the start**: the last block's median exceeds :math:`\ell_1` by more than s (a fit
-  that ends worse than it began by more than the loss's own magnitude has failed, whatever its path).
+* **end far worse than the start**: the median of the last block (at least 5 steps) exceeds
+  :math:`\ell_1` by more than s and more than 3 noise levels of the whole run (a fit that ends worse than
+  it began by more than the loss's own magnitude has failed, whatever its path).
 
 Either raises :class:`SVIDivergenceError` with the step, the losses so far, the params at the best block
 (the last good ones) and a message naming the likely cause (the step size: ``lr`` or the
@@ -102,9 +103,16 @@ class _DivergenceWatch:
         self.flagged = grown
         if median < self.best:
             self.best, self.best_step, self.best_params = median, end, params
-        if last and median - self.start > max(self.scale, _noise(block)):
-            what = (f"the loss ended far worse than it started: a median of {median:.6g} over steps "
-                    f"{end - len(block) + 1}-{end} against {self.start:.6g} at step 1 (best {self.best:.6g})")
+        if last:
+            self._check_end(block, end, params, losses, svi, lr)
+
+    def _check_end(self, block, end, params, losses, svi, lr):
+        """The end check: the run's last losses far above its first."""
+        tail = losses[-max(len(block), 5):]  # at least 5 losses: a median robust to one outlier
+        final = float(np.median(tail))
+        if final - self.start > max(self.scale, 3 * _noise(losses)):  # the noise of the whole run
+            what = (f"the loss ended far worse than it started: a median of {final:.6g} over steps "
+                    f"{end - len(tail) + 1}-{end} against {self.start:.6g} at step 1 (best {self.best:.6g})")
             raise self._error(what, end, params, losses, svi, lr)
 
     def _error(self, what, end, params, losses, svi, lr):

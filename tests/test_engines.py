@@ -158,3 +158,38 @@ def test_fit_nuts_refuses_bad_arguments(kwargs, match):
     args = {"rng_key": jax.random.PRNGKey(0), "num_warmup": 5, "num_samples": 5, **kwargs}
     with pytest.raises(ValueError, match=match):
         fit_nuts(_quadratic, **args)
+
+
+def test_the_watch_on_simulated_loss_curves():
+    """The rule itself on 600 simulated curves (no JAX): converging losses (levels −10³ … 10⁴, 40 to 5 000
+    steps, Student-t(3) noise up to 3× the level) never raise; a geometric growth (×1.1-3 per step, from a
+    random step on) is always caught: within 2 blocks of passing 10³ × its scale, or at the end."""
+    from types import SimpleNamespace
+
+    from ppl_sparsegp.engines import _DivergenceWatch
+
+    svi = SimpleNamespace(optim=None)
+
+    def run(L, block):
+        watch = _DivergenceWatch(1e3, len(L), {})
+        for i in range(0, len(L), block):
+            watch.update(L[i:i + block], i + len(L[i:i + block]), {}, L[:i + block], svi, 0.01)
+
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        n = int(rng.choice([40, 200, 1000, 5000]))
+        level = rng.choice([-1e3, -10.0, 0.0, 1.0, 1e4])
+        trend = level + abs(level + 50) * 5 * np.exp(-np.arange(n) / (n / 10))
+        run(trend + rng.choice([0.01, 0.3, 1.0, 3.0]) * (abs(level) + 1) * rng.standard_t(3, n), max(n // 20, 1))
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        L = 100 + 10 * rng.standard_normal(200)
+        k = int(rng.integers(20, 150))
+        L[k:] *= rng.uniform(1.1, 3.0) ** np.arange(200 - k)
+        with pytest.raises(SVIDivergenceError) as raised:
+            run(L, 10)
+        above = L > 1e3 * 115  # 10³ × the scale, max(|ℓ₁|, |best|) ≤ 115 here
+        if above.any():  # within the 2 blocks after the block where the growth passes it
+            assert raised.value.step <= min(int(np.argmax(above)) + 30, 200), (seed, raised.value.step)
+        else:  # a slow growth that never gets there: the end check
+            assert raised.value.step == 200 and "ended far worse than it started" in str(raised.value)
