@@ -96,7 +96,8 @@ class _DivergenceWatch:
         grown = median - self.best > self.factor * self.scale
         last = end >= self.num_steps
         if grown and (self.flagged or last):
-            what = (f"the loss grew from its best, {self.best:.6g} (step {self.best_step}), to a median of "
+            when = "at the start" if self.best_step == 0 else f"by step {self.best_step}"
+            what = (f"the loss grew from its best, {self.best:.6g} ({when}), to a median of "
                     f"{median:.6g} over steps {end - len(block) + 1}-{end}: more than {self.factor:.0e} times "
                     f"its scale {self.scale:.3g}")
             raise self._error(what, end, params, losses, svi, lr)

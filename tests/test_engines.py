@@ -43,7 +43,7 @@ def test_geometric_growth_raises_with_the_step_and_the_last_good_params():
     np.testing.assert_allclose(e.losses, 4.0 ** np.arange(10), rtol=1e-12)
     assert float(e.params["p"]) == 1.0
     message = str(e)
-    assert message.startswith("SVI diverged at step 10 of 40: the loss grew from its best, 1 (step 0)")
+    assert message.startswith("SVI diverged at step 10 of 40: the loss grew from its best, 1 (at the start)")
     assert "Likely cause: the learning rate (the step size of SGD)" in message and "lower it" in message
 
 
