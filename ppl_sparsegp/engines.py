@@ -188,17 +188,8 @@ def fit_svi(model_or_gp, *args, num_steps: int, rng_key, lr: float = 0.01, optim
     from numpyro.infer import SVI, TraceMeanField_ELBO
     from numpyro.infer.svi import SVIRunResult
 
-    num_steps = _positive_int("num_steps", num_steps)
-    block = min(max(num_steps // 20, 1) if block_size is None else _positive_int("block_size", block_size), num_steps)
-    if optim is None and not (isinstance(lr, (int, float, np.floating)) and np.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if divergence_factor is not None and not (np.isfinite(divergence_factor) and divergence_factor > 1):
-        raise ValueError(f"divergence_factor must be a number > 1 (or None: no divergence watch), "
-                         f"got {divergence_factor!r}")
-    model = getattr(model_or_gp, "model", model_or_gp)
-    guide = getattr(model_or_gp, "guide", None) if guide is None else guide
-    if guide is None:
-        raise ValueError("fit_svi: no guide: pass a model with .model and .guide (e.g. a SparseGP) or guide=")
+    num_steps, block, model, guide = _svi_arguments(model_or_gp, guide, num_steps, block_size, lr, optim,
+                                                    divergence_factor)
     kwargs = dict(model_kwargs or {})
     svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
               elbo if elbo is not None else TraceMeanField_ELBO())
@@ -237,6 +228,22 @@ def fit_svi(model_or_gp, *args, num_steps: int, rng_key, lr: float = 0.01, optim
     result = SVIRunResult(svi.get_params(state), state, jnp.asarray(losses))
     jax.block_until_ready(result.params)
     return result, time.perf_counter() - t0
+
+
+def _svi_arguments(model_or_gp, guide, num_steps, block_size, lr, optim, divergence_factor):
+    """fit_svi's checks: ``(num_steps, block, model, guide)``."""
+    num_steps = _positive_int("num_steps", num_steps)
+    block = min(max(num_steps // 20, 1) if block_size is None else _positive_int("block_size", block_size), num_steps)
+    if optim is None and not (isinstance(lr, (int, float, np.floating)) and np.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if divergence_factor is not None and not (np.isfinite(divergence_factor) and divergence_factor > 1):
+        raise ValueError(f"divergence_factor must be a number > 1 (or None: no divergence watch), "
+                         f"got {divergence_factor!r}")
+    model = getattr(model_or_gp, "model", model_or_gp)
+    guide = getattr(model_or_gp, "guide", None) if guide is None else guide
+    if guide is None:
+        raise ValueError("fit_svi: no guide: pass a model with .model and .guide (e.g. a SparseGP) or guide=")
+    return num_steps, block, model, guide
 
 
 def _block_runner(svi, names, block, kwargs):
