@@ -1,9 +1,9 @@
 """The command-line runner: ``python -m inference list`` and ``python -m inference fit <model> ...``.
 
-``fit`` builds the model's :class:`~models.ModelSpec`, runs SVI (``TraceMeanField_ELBO``, Adam), NUTS
-or the model's Stein routine (the fitting functions :func:`~inference.benchmarks.harness.fit_svi` and
-:func:`~inference.benchmarks.harness.fit_nuts` live in the benchmarks' harness, which the runner
-shares), and writes into ``--out`` (default ``runs/<model>-<method>/``):
+``fit`` builds the model's :class:`~models.ModelSpec`, runs SVI (natural gradients for q(u) with Adam,
+or Adam), NUTS or the model's Stein routine (the library's loops :func:`~ppl_sparsegp.engines.fit_svi`
+and :func:`~ppl_sparsegp.engines.fit_nuts`, which the benchmarks use too), and writes into ``--out``
+(default ``runs/<model>-<method>/``):
 
 * ``idata.nc``: the ArviZ InferenceData (netCDF; for SVI/MAP the pointwise groups hold at most
   :data:`~ppl_sparsegp.diagnostics.MAX_POINTWISE` values per variable, see
@@ -16,9 +16,10 @@ shares), and writes into ``--out`` (default ``runs/<model>-<method>/``):
 
 Settings resolve as: command-line flag, else ``spec.defaults[method]``, else :data:`DEFAULTS`.
 
-SVI runs in compiled blocks of steps (:func:`~inference.benchmarks.harness.fit_svi`): memory does not grow
-with the steps, and a step whose loss or params are not finite stops the run with a one-line error naming
-the step and the params.
+SVI runs in compiled blocks of steps (:func:`~ppl_sparsegp.engines.fit_svi`): memory does not grow
+with the steps, a step whose loss or params are not finite stops the run with a one-line error naming
+the step and the params, and a loss that diverges (grows by orders of magnitude, or ends far worse than
+it started) stops it with a one-line error naming the step size to lower (``--lr`` or ``--gamma``).
 
 Reload an SVI or MAP fit and predict, in any later Python session (inputs and targets on the scale the
 model was fitted on: models that standardise their data, e.g. ``uci_*``, predict standardised values)::
@@ -39,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from inference.benchmarks.harness import NonFiniteLossError, fit_nuts, fit_svi
+from ppl_sparsegp.engines import NonFiniteLossError, SVIDivergenceError, fit_nuts, fit_svi
 
 METHODS = ("svi", "nuts", "stein", "map")
 # fallbacks when neither the command line nor spec.defaults[method] sets a value
@@ -69,8 +70,10 @@ def _parser(model_name=None, model_module=None):
                    help="SVI: natural-gradient steps for q(u) alternating with Adam on the rest (default; "
                         "models without a full, diagonal or equal-block q(u) fall back to Adam), or Adam on all")
     f.add_argument("--gamma", type=float, default=None,
-                   help="SVI natural-gradient step size (default: 1 for a Gaussian likelihood on the full "
-                        "batch, else a ramp from 1e-4 to 0.1 over 5 steps)")
+                   help="SVI natural-gradient step size, taken as given (default: 1 for a Gaussian likelihood "
+                        "on the full batch, else a ramp from 1e-4 to 0.1 over 5 steps, both halved in a step "
+                        "until its loss does not rise); refused with --optimizer adam or a q without a "
+                        "natural-gradient step")
     f.add_argument("--warmup", type=int, help="NUTS warm-up iterations per chain")
     f.add_argument("--samples", type=int,
                    help="NUTS draws per chain, or SVI/Stein draws from the fitted posterior")
@@ -146,7 +149,7 @@ def _fit_svi(spec, args, rng_key):
     key_fit, key_post = _split(rng_key)
     optim, elbo, used = svi_optimizer(gp, getattr(args, "optimizer", "natgrad"), args.lr,
                                       getattr(args, "gamma", None), spec.model_kwargs)
-    result, fit_time = fit_svi(gp, spec.X, spec.y, steps=args.num_steps, lr=args.lr, rng_key=key_fit, optim=optim,
+    result, fit_time = fit_svi(gp, spec.X, spec.y, num_steps=args.num_steps, lr=args.lr, rng_key=key_fit, optim=optim,
                                elbo=elbo, progress=args.progress, model_kwargs=spec.model_kwargs)
     idata = diagnostics.from_svi(result, gp, spec.X, spec.y, num_samples=args.samples,
                                  model_kwargs=spec.model_kwargs, rng_key=key_post)
@@ -160,14 +163,26 @@ def svi_optimizer(gp, optimizer: str = "natgrad", lr: float = 0.01, gamma: float
 
     ``"natgrad"`` (the default): :class:`~ppl_sparsegp.optim.NaturalGradient` steps for q(u) alternating
     with Adam(``lr``) on the other params, on :class:`~ppl_sparsegp.optim.AnalyticELBO`, for a SparseGP
-    whose q(u) is full, diagonal or equal-block (γ: ``gamma``, else 1 for a Gaussian likelihood on the
-    full batch and a ramp from 1e-4 to 0.1 over 5 steps otherwise); anything else (no q(u): collapsed,
-    sparse spectrum; a two-Kronecker q; ``residual`` other than "expected") falls back to Adam on
-    ``TraceMeanField_ELBO``, as ``"adam"`` always does (``optim`` and ``elbo`` None: ``fit_svi``'s defaults).
+    whose q(u) is full, diagonal or equal-block (γ: ``gamma``, taken as given; else NaturalGradient's
+    default, 1 for a Gaussian likelihood, on the full batch, and a ramp from 1e-4 to 0.1 over 5 steps
+    otherwise, both with the line search that keeps a step from raising the loss); anything else (no
+    q(u): collapsed, sparse spectrum; a two-Kronecker q; ``residual`` other than "expected") falls back to
+    Adam on ``TraceMeanField_ELBO``, as ``"adam"`` always does (``optim`` and ``elbo`` None: ``fit_svi``'s
+    defaults).
+
+    :raises ValueError: for an unknown ``optimizer``, or a ``gamma`` where Adam runs (``"adam"``, or a
+        model without a natural-gradient step): γ would be ignored.
     """
     if optimizer not in ("natgrad", "adam"):
         raise ValueError(f"optimizer must be 'natgrad' or 'adam', got {optimizer!r}")
+    if gamma is not None and optimizer == "adam":
+        raise ValueError("--gamma is the natural-gradient step size and --optimizer adam runs no natural "
+                         "gradients: drop --gamma (or use --optimizer natgrad)")
     if optimizer == "adam" or not _natgrad_ready(gp):
+        if gamma is not None:
+            raise ValueError(f"--gamma is the natural-gradient step size, but this model's "
+                             f"{type(gp).__name__} has no natural-gradient step (no full, diagonal or "
+                             f"equal-block q(u) on the SVGP bound) and SVI runs Adam: drop --gamma")
         return None, None, "adam"
     from numpyro.optim import Adam
 
@@ -175,9 +190,10 @@ def svi_optimizer(gp, optimizer: str = "natgrad", lr: float = 0.01, gamma: float
     from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient, gamma_ramp
 
     full_batch = (model_kwargs or {}).get("batch_size") is None
-    if gamma is None:
-        gamma = 1.0 if isinstance(gp.likelihood, Gaussian) and full_batch else gamma_ramp(1e-4, 0.1, 5)
-    return NaturalGradient(gp, Adam(lr), gamma=gamma), AnalyticELBO(gp), "natgrad"
+    if gamma is not None:
+        return NaturalGradient(gp, Adam(lr), gamma=gamma), AnalyticELBO(gp), "natgrad"
+    default = None if isinstance(gp.likelihood, Gaussian) and full_batch else gamma_ramp(1e-4, 0.1, 5)
+    return NaturalGradient(gp, Adam(lr), gamma=default, line_search=True), AnalyticELBO(gp), "natgrad"
 
 
 def _natgrad_ready(gp) -> bool:
@@ -209,8 +225,9 @@ def _fit_nuts(spec, args, rng_key):
     # a model's own starting values (the other sites start uniformly in (−2, 2), NumPyro's fallback)
     init = init_to_median(num_samples=15) if spec.init is None else init_to_value(values=spec.init)
     key_fit, key_post = _split(rng_key)
-    mcmc, fit_time = fit_nuts(gp.model, spec.X, spec.y, rng_key=key_fit, warmup=args.warmup, samples=args.samples,
-                              chains=args.chains, target_accept=args.target_accept,
+    mcmc, fit_time = fit_nuts(gp.model, spec.X, spec.y, rng_key=key_fit, num_warmup=args.warmup,
+                              num_samples=args.samples, num_chains=args.chains,
+                              target_accept_prob=args.target_accept,
                               max_tree_depth=args.max_tree_depth, dense_mass=bool(args.dense_mass),
                               init_strategy=init, chain_method="parallel" if parallel else "sequential",
                               progress=args.progress, model_kwargs=kwargs)
@@ -388,7 +405,7 @@ def fit(spec, args):
 # stderr and exit status 2, as argparse does for bad flags; any other exception is a bug and keeps its
 # traceback
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-               NonFiniteLossError)
+               NonFiniteLossError, SVIDivergenceError)
 
 
 def _user_error(parser, error):

@@ -15,8 +15,9 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 * 5: :mod:`.features` (one file per family, registering into the dispatchers);
 * 6: :mod:`.approximations` (model/guide pairs on one base; q families; primitives for own models),
   :mod:`.optim` (natural-gradient steps for q(u) inside SVI, AdamW, schedules);
-* 7: :mod:`.stein` (Stein particle inference); 8: :mod:`.diagnostics` (every ArviZ call, metrics,
-  plots); 9: :mod:`.saving` (saving and loading fits).
+* 7: :mod:`.stein` (Stein particle inference), :mod:`.engines` (the SVI loop with non-finite and
+  divergence detection, the NUTS helper); 8: :mod:`.diagnostics` (every ArviZ call, metrics, plots);
+  9: :mod:`.saving` (saving and loading fits).
 
 A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
@@ -24,58 +25,70 @@ registration where its structure allows something faster), its import in ``featu
 the registrations never run) and its tests; ``features/integral_transform.py`` is the example. The
 approximations do not change.
 """
-from . import datasets, diagnostics, groups, kernels, likelihoods, linalg, numpyro_internals, optim, stein  # noqa: F401
+from . import (  # noqa: F401
+    datasets,
+    diagnostics,
+    engines,
+    groups,
+    kernels,
+    likelihoods,
+    linalg,
+    numpyro_internals,
+    optim,
+    stein,
+)
 from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__version__)
 from .approximations import (
-                             CollapsedGP,
-                             GPModel,
-                             SparseGP,
-                             SparseSpectrumGP,
-                             block_diagonal_covariance,
-                             choose_features,
-                             collapsed_elbo,
-                             diagonal_covariance,
-                             exact_log_marginal_likelihood,
-                             fit_spherical,
-                             full_covariance,
-                             inducing_guide,
-                             inducing_prior,
-                             map_lbfgs,
-                             marginal_spectral_gp,
-                             spectral_gp,
-                             two_kronecker_covariance,
+    CollapsedGP,
+    GPModel,
+    SparseGP,
+    SparseSpectrumGP,
+    block_diagonal_covariance,
+    choose_features,
+    collapsed_elbo,
+    diagonal_covariance,
+    exact_log_marginal_likelihood,
+    fit_spherical,
+    full_covariance,
+    inducing_guide,
+    inducing_prior,
+    map_lbfgs,
+    marginal_spectral_gp,
+    spectral_gp,
+    two_kronecker_covariance,
 )
 from .conditionals import conditional
 from .covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
+from .engines import fit_nuts, fit_svi
 from .features import (
-                             AdditiveFeatures,
-                             AdditiveOrthogonal,
-                             FourierFeatures,
-                             HarmonicFeatures,
-                             HermiteFeatures,
-                             ImportanceFourierFeatures,
-                             InducingFeature,
-                             InducingPoints,
-                             IntegralTransformFeatures,
-                             KroneckerFeatures,
-                             RandomFourierFeatures,
-                             SphericalHarmonicFeatures,
-                             TrigonometricFeatures,
+    AdditiveFeatures,
+    AdditiveOrthogonal,
+    FourierFeatures,
+    HarmonicFeatures,
+    HermiteFeatures,
+    ImportanceFourierFeatures,
+    InducingFeature,
+    InducingPoints,
+    IntegralTransformFeatures,
+    KroneckerFeatures,
+    RandomFourierFeatures,
+    SphericalHarmonicFeatures,
+    TrigonometricFeatures,
 )
 from .features.base import refined_features
 from .gaussian import StructuredNormal, gaussian_kl
 from .grid import Grid
 from .kernels import (
-                             Additive,
-                             ArcCosine,
-                             ChordalMatern,
-                             Matern12,
-                             Matern32,
-                             Matern52,
-                             Periodic,
-                             Product,
-                             SphereEmbedded,
-                             SquaredExponential,
+    Additive,
+    ArcCosine,
+    ChordalMatern,
+    Matern12,
+    Matern32,
+    Matern52,
+    Periodic,
+    Product,
+    SphereEmbedded,
+    SquaredExponential,
 )
 from .likelihoods import Bernoulli, Gaussian, Poisson, RobustMax, Softmax, StudentT
 from .parameters import Param, debug_checks, stack_modules
@@ -100,8 +113,11 @@ __all__ = [
     "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "choose_features", "refined_features",
     # reference functions
     "collapsed_elbo", "exact_log_marginal_likelihood", "map_lbfgs", "fit_spherical",
+    # fitting loops on NumPyro's engines
+    "fit_svi", "fit_nuts",
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
-    "numpyro_internals", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein",
+    "numpyro_internals", "datasets", "diagnostics", "engines", "groups", "kernels", "likelihoods", "linalg", "optim",
+    "stein",
 ]

@@ -22,7 +22,7 @@ FLOORS = {
     "conditionals": 4,
     "features": 5,
     "approximations": 6, "optim": 6,
-    "stein": 7,
+    "stein": 7, "engines": 7,
     "diagnostics": 8,
     "saving": 9,
 }

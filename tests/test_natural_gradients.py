@@ -394,3 +394,81 @@ def test_minibatch_decaying_gamma_reaches_full_batch_optimum():
         assert NaturalGradient.rejected_steps(r.state.optim_state) == 0
     assert errors["decay"][0] < 0.05 and errors["decay"][1] < 0.01, errors
     assert errors["constant"][0] > 0.05, errors  # the tolerance a constant γ does not meet
+
+
+def _coupled(family):
+    """A strongly coupled posterior (inputs correlated across the inducing variables, small noise) for q
+    family ``family``; returns (gp, X, y, Λ, b, block size): whitened, the ELBO is quadratic in q with
+    precision Λ = I + AAᵀ/σ² and linear term b = Ay/σ² (A = R⁻¹Kuf, R = chol Kuu)."""
+    from ppl_sparsegp.groups import Rotation
+
+    rng = np.random.default_rng(7)
+    noise = 0.3 if family == "block-diag" else 1e-2  # λ_max(D⁻¹Λ) ≈ 2.9 and 2.8, condition of Λ ~150 for both
+    if family == "block-diag":  # harmonic features: a block-diagonal Kuu (T = 3 blocks of 3), blocks coupled by Kuf
+        X = rng.uniform(0.3, 1, (40, 2))  # off-centre: the rotation's harmonics are far from orthogonal here
+        feature, size = psg.HarmonicFeatures(Rotation(4), rng.uniform(0.3, 1, (3, 2))), 3
+        kernel = SquaredExponential(variance=1.0, lengthscale=0.7)
+    else:
+        X = rng.uniform(-1, 1, (40, 1))
+        feature, size = InducingPoints(np.linspace(-1, 1, 6)[:, None]), 1
+        kernel = SquaredExponential(variance=1.0, lengthscale=0.5)
+    y = np.sin(3 * X[:, 0]) + np.sqrt(noise) * rng.standard_normal(len(X))
+    gp = SparseGP(feature, kernel, Gaussian(variance=noise), q_cov=family)
+    Kmm = np.asarray(psg.Kuu(feature, kernel).to_dense())
+    A = np.linalg.solve(np.linalg.cholesky(Kmm), np.asarray(psg.Kuf(feature, kernel, X)))
+    return gp, X, y, np.eye(len(Kmm)) + A @ A.T / noise, A @ y / noise, size
+
+
+@pytest.mark.parametrize("family", ["full", "diag", "block-diag"])
+def test_default_step_never_raises_the_loss_and_reaches_the_optimum(family):
+    """The default step (γ₀ = 1 with the backtracking acceptance) on a strongly coupled posterior, every q
+    family with natural parameters: the loss never rises (beyond round-off) and q reaches the family's
+    optimum, computed densely here: full q: m = Λ⁻¹b, S = Λ⁻¹ (in one step); mean-field / block q: the
+    fixed point m = Λ⁻¹b (the mean is exact for a Gaussian target), S = the inverse of Λ's diagonal
+    blocks. The posterior is coupled enough that the factorised families' γ = 1 (a Jacobi iteration,
+    λ_max(D⁻¹Λ) > 2) diverges: checked. Two-Kronecker q has no natural parameters: refused (below)."""
+    gp, X, y, Lam, b, size = _coupled(family)
+    M = len(b)
+    blocks = [slice(i, i + size) for i in range(0, M, size)]
+    D = np.zeros_like(Lam)
+    for s in blocks:
+        D[s, s] = Lam[s, s]
+    svi = SVI(gp.model, gp.guide, NaturalGradient(gp), AnalyticELBO(gp))
+    steps = 2 if family == "full" else 1500
+    result = svi.run(jax.random.PRNGKey(0), steps, X, y, progress_bar=False)
+    losses = np.asarray(result.losses)
+    assert np.max(np.diff(losses)) <= 1e-10 * np.max(np.abs(losses)), np.max(np.diff(losses))
+    assert NaturalGradient.rejected_steps(result.state.optim_state) == 0
+    p = result.params
+    np.testing.assert_allclose(p["f_v_loc"], np.linalg.solve(Lam, b), atol=1e-7)
+    if family == "full":
+        L = p["f_v_scale_tril"]
+        np.testing.assert_allclose(L @ L.T, np.linalg.inv(Lam), rtol=1e-8, atol=1e-12)
+        assert NaturalGradient.halvings(result.state.optim_state) == 0  # γ = 1 kept: the exact step
+        return
+    if family == "diag":
+        S = np.diag(p["f_v_scale"] ** 2)
+    else:
+        L = p["f_v_scale_tril"]
+        S = np.zeros_like(Lam)
+        for t, s in enumerate(blocks):
+            S[s, s] = L[t] @ L[t].T
+    np.testing.assert_allclose(S, np.linalg.inv(D), rtol=1e-8, atol=1e-12)
+    assert np.max(np.linalg.eigvals(np.linalg.solve(D, Lam)).real) > 2  # γ = 1 overshoots here
+    plain = SVI(gp.model, gp.guide, NaturalGradient(gp, gamma=1.0), AnalyticELBO(gp))
+    diverged = np.asarray(plain.run(jax.random.PRNGKey(0), 30, X, y, progress_bar=False).losses)
+    assert diverged[-1] > 1e3 * abs(losses[0])  # the step the default replaced
+
+
+def test_line_search_arguments_and_two_kronecker_are_refused():
+    with pytest.raises(ValueError, match="line_search"):
+        NaturalGradient("f_v", line_search="yes")
+    with pytest.raises(ValueError, match="max_halvings"):
+        NaturalGradient("f_v", max_halvings=0)
+    assert NaturalGradient("f_v").line_search and not NaturalGradient("f_v", gamma=0.5).line_search
+    assert NaturalGradient("f_v", gamma=0.5, line_search=True).line_search
+    # a two-Kronecker q's params (approximations.variational.two_kronecker_covariance): no natural step
+    two_kron = {"f_v_loc": jnp.zeros(4), "f_v_L0": jnp.eye(2), "f_v_J0": jnp.eye(2), "f_v_L1": jnp.eye(2),
+                "f_v_J1": jnp.eye(2)}
+    with pytest.raises(ValueError, match="two-Kronecker q .* no natural-parameter step"):
+        NaturalGradient("f_v").init(two_kron)

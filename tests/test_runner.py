@@ -201,10 +201,10 @@ def test_fit_svi_stops_at_the_first_non_finite_step_and_names_the_params(capsys)
     import jax
     from numpyro import optim
 
-    from inference.runner import NonFiniteLossError, fit_svi
+    from ppl_sparsegp.engines import NonFiniteLossError, fit_svi
 
     with pytest.raises(NonFiniteLossError) as raised:
-        fit_svi(_toy_model, steps=50, rng_key=jax.random.PRNGKey(0), optim=optim.SGD(1.0), guide=_no_guide,
+        fit_svi(_toy_model, num_steps=50, rng_key=jax.random.PRNGKey(0), optim=optim.SGD(1.0), guide=_no_guide,
                 block_size=3, progress=True)
     e = raised.value
     # the same steps by hand: SGD on the loss −(p + 10⁻³√(2.5 − p) − q²)
@@ -231,7 +231,7 @@ def test_fit_svi_in_blocks_is_adam_on_the_loss():
     from numpyro import optim
     from numpyro.infer import Trace_ELBO
 
-    from inference.runner import fit_svi
+    from ppl_sparsegp.engines import fit_svi
 
     def model(y):
         m = numpyro.param("m", 0.3)
@@ -239,7 +239,7 @@ def test_fit_svi_in_blocks_is_adam_on_the_loss():
         numpyro.sample("y", numpyro.distributions.Normal(m, s), obs=y)
 
     y = np.array([1.0, 2.0, 4.0])
-    ours, seconds = fit_svi(model, jnp.asarray(y), steps=7, rng_key=jax.random.PRNGKey(1), optim=optim.Adam(0.1),
+    ours, seconds = fit_svi(model, jnp.asarray(y), num_steps=7, rng_key=jax.random.PRNGKey(1), optim=optim.Adam(0.1),
                             elbo=Trace_ELBO(), guide=_no_guide, block_size=3)
     x, mom, vel, losses = np.array([0.3, 0.0]), np.zeros(2), np.zeros(2), []  # (m, t = log s)
     for i in range(7):
@@ -253,7 +253,7 @@ def test_fit_svi_in_blocks_is_adam_on_the_loss():
     np.testing.assert_allclose([ours.params["m"], ours.params["s"]], [x[0], math.exp(x[1])], rtol=1e-12)
     assert ours.losses.shape == (7,) and seconds > 0
     with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
-        fit_svi(model, y, steps=7, rng_key=jax.random.PRNGKey(1), guide=_no_guide, block_size=0)
+        fit_svi(model, y, num_steps=7, rng_key=jax.random.PRNGKey(1), guide=_no_guide, block_size=0)
 
 
 @pytest.mark.slow
@@ -304,11 +304,34 @@ def test_svi_default_is_natural_gradients_with_adam_one_flag_away():
     kernel, feature = SquaredExponential(variance=1.0, lengthscale=0.7), InducingPoints(np.linspace(-3, 3, 6)[:, None])
     gp = SparseGP(feature, kernel, Gaussian(variance=0.04))
     optim, elbo, name = svi_optimizer(gp, "natgrad", 0.01)
-    assert name == "natgrad" and float(optim.gamma(0)) == 1.0
-    result, _ = fit_svi(gp, X, y, steps=1, rng_key=jax.random.PRNGKey(0), optim=optim, elbo=elbo)
+    assert name == "natgrad" and float(optim.gamma(0)) == 1.0 and optim.line_search
+    result, _ = fit_svi(gp, X, y, num_steps=1, rng_key=jax.random.PRNGKey(0), optim=optim, elbo=elbo)
     bound = float(collapsed_elbo(feature, kernel, X, y, 0.04))
     assert float(result.losses[-1]) == pytest.approx(-bound, rel=1e-10)
     assert svi_optimizer(gp, "adam")[2] == "adam"
     assert svi_optimizer(CollapsedGP(feature, kernel, Gaussian(variance=0.04)))[2] == "adam"
     assert svi_optimizer(SparseGP(feature, kernel, Gaussian(variance=0.04), residual="marginal"))[2] == "adam"
     assert float(svi_optimizer(gp, model_kwargs={"batch_size": 10})[0].gamma(0)) == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize("argv, conflict", [
+    (["--optimizer", "adam"], "--optimizer adam runs no natural gradients: drop --gamma"),
+    (["--collapsed"], "CollapsedGP has no natural-gradient step .* SVI runs Adam: drop --gamma"),
+])
+def test_gamma_where_adam_runs_is_refused(argv, conflict, capsys, tmp_path):
+    """--gamma is never silently ignored: with --optimizer adam, or a model whose q has no natural-gradient
+    step (the collapsed solar model: Adam on the hyperparameters), one line naming the conflict."""
+    line = user_error(["fit", "solar", "--method", "svi", "--steps", "3", "--gamma", "0.5", "--num-inducing", "5",
+                       "--out", str(tmp_path / "out")] + argv, capsys)
+    import re
+    assert re.search(conflict, line), line
+
+
+def test_a_diverging_fit_exits_non_zero_with_the_cause_and_the_fix(tmp_path, capsys):
+    """The bundled vof_regression example (mean-field q) with --gamma 1, taken as given: the natural-gradient
+    step overshoots (a Jacobi iteration on a coupled posterior) and the loss grows by orders of magnitude,
+    finite; the runner stops with one line naming the step, γ and the fix (its default line-searches)."""
+    line = user_error(["fit", "vof_regression", "--method", "svi", "--steps", "40", "--gamma", "1",
+                       "--out", str(tmp_path / "out")], capsys)
+    assert "SVI diverged at step" in line and "natural-gradient step size γ" in line and "drop --gamma" in line
+    assert not (tmp_path / "out" / "idata.nc").exists()

@@ -31,6 +31,7 @@ SECTIONS = [
     ("Approximations, q families and primitives", ["ppl_sparsegp.approximations"]),
     ("Optimisers: natural gradients, AdamW, schedules", ["ppl_sparsegp.optim"]),
     ("Diagnostics", ["ppl_sparsegp.diagnostics"]),
+    ("Fitting loops: SVI and NUTS", ["ppl_sparsegp.engines"]),
     ("Stein particle inference", ["ppl_sparsegp.stein"]),
     ("Fits, sharding and data", ["ppl_sparsegp.saving", "ppl_sparsegp.sharding", "ppl_sparsegp.datasets"]),
     ("Internals: dispatchers, structured linear algebra, NumPyro internals",

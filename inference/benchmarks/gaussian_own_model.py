@@ -246,11 +246,11 @@ def fit(model, t, y, *, warmup, samples, seed=0, chains=2, dispersed=False):
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
     from numpyro.infer import init_to_uniform
 
-    from inference.benchmarks.harness import fit_nuts
+    from ppl_sparsegp.engines import fit_nuts
 
     with harness.clock() as c:
-        mcmc, _ = fit_nuts(model, t, y, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
-                           chains=chains, chain_method="sequential", extra_fields=("num_steps", "diverging"),
+        mcmc, _ = fit_nuts(model, t, y, rng_key=jax.random.PRNGKey(seed), num_warmup=warmup, num_samples=samples,
+                           num_chains=chains, chain_method="sequential", extra_fields=("num_steps", "diverging"),
                            init_strategy=init_to_uniform(radius=2.0) if dispersed else None)
     s = mcmc.get_samples(group_by_chain=True)
     post = {k: {"mean": float(np.mean(s[k])), "sd": float(np.std(s[k])),

@@ -14,10 +14,11 @@ A benchmark ``python -m inference.benchmarks.<name> [--quick] ...``
    :meth:`Store.write_json` writes the ``<name>.json`` summary next to the store
    (``results/<name>.json`` by default: what the README and the tests read);
 5. prints Markdown tables with :func:`table` from a column spec;
-6. fits with the shared fitting functions: :func:`fit_svi` (SVI in compiled blocks, stopping at the first
-   non-finite step) and :func:`fit_nuts` (which the runner ``python -m inference fit`` uses too),
-   :func:`fit_interleaved` (several SVI fits timed step by step, interleaved) and :func:`gradient_cost`
-   (compile time and ms per gradient of a model's potential).
+6. fits with the library's loops (:func:`ppl_sparsegp.engines.fit_svi`: SVI in compiled blocks, stopping
+   at the first non-finite step or a divergence; :func:`ppl_sparsegp.engines.fit_nuts`; the runner
+   ``python -m inference fit`` uses them too) and the benchmarks' own: :func:`fit_interleaved` (several
+   SVI fits timed step by step, interleaved) and :func:`gradient_cost` (compile time and ms per gradient
+   of a model's potential).
 """
 from __future__ import annotations
 
@@ -246,167 +247,8 @@ def pm(digits: int = 3, *, always: bool = False):
 
 
 # --------------------------------------------------------------------------------------------------
-# fitting, shared by the benchmarks (and the runner: ``python -m inference fit``)
+# fitting: the library's loops (ppl_sparsegp.engines: fit_svi, fit_nuts), and the benchmarks' own
 # --------------------------------------------------------------------------------------------------
-EXTRA_FIELDS = ("diverging", "energy", "num_steps", "accept_prob", "adapt_state.step_size",
-                "potential_energy")
-
-
-class NonFiniteLossError(FloatingPointError):
-    """SVI stopped at the first step whose loss or params are not finite (NaN or ±inf).
-
-    :ivar step: that step (1-based); :ivar names: the params that are not finite after it (constrained
-        or unconstrained value); :ivar loss: its loss; :ivar params: the params before it (all finite);
-        :ivar losses: the losses of the steps before it.
-    """
-
-    def __init__(self, message, *, step, names, loss, params, losses):
-        super().__init__(message)
-        self.step, self.names, self.loss, self.params, self.losses = step, names, loss, params, losses
-
-
-def fit_svi(gp, *args, steps: int, rng_key, lr: float = 0.01, optim=None, elbo=None, guide=None,
-            progress: bool = False, model_kwargs=None, block_size: int | None = None):
-    """SVI of ``gp.model`` / ``gp.guide`` (or of the model ``gp`` with ``guide``) on ``*args``: ``steps``
-    steps of ``optim`` (default Adam(``lr``)) on ``elbo`` (default ``TraceMeanField_ELBO``).
-
-    The steps run in compiled blocks of ``block_size`` (default ``max(steps // 20, 1)``, NumPyro's
-    progress interval) with ``lax.scan`` (the data enter as arguments, not as constants); after each block
-    the losses are copied into one preallocated array and the NumPyro-style progress bar (``init loss``,
-    ``avg. loss [i-j]``) advances, so memory does not grow with the steps. Inside a block every step checks
-    that its loss and every param (constrained and unconstrained) are finite; the first step that is not
-    is not applied, the run stops after its block and :class:`NonFiniteLossError` names the step and the
-    params that went non-finite (and carries the last finite params).
-
-    :returns: ``(SVIRunResult, seconds)``: params, the final SVI state and the losses; the wall-clock time
-        of the run, compilation included.
-    :raises NonFiniteLossError: at the first non-finite step.
-    """
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax import lax
-    from numpyro import optim as optimisers
-    from numpyro.infer import SVI, TraceMeanField_ELBO
-    from numpyro.infer.svi import SVIRunResult
-
-    for name, value in (("steps", steps), ("block_size", 1 if block_size is None else block_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    steps = int(steps)
-    block = min(max(steps // 20, 1) if block_size is None else int(block_size), steps)
-    kwargs = dict(model_kwargs or {})
-    model, guide = (gp.model, gp.guide) if guide is None else (getattr(gp, "model", gp), guide)
-    svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
-              elbo if elbo is not None else TraceMeanField_ELBO())
-    t0 = time.perf_counter()
-    state = svi.init(rng_key, *args, **kwargs)
-    names = sorted(svi.get_params(state))
-
-    def not_finite(state):
-        """Per param (in ``names`` order): True when its constrained or unconstrained value has NaN/inf."""
-        free, constrained = svi.optim.get_params(state.optim_state), svi.get_params(state)
-        return jnp.stack([~(jnp.all(jnp.isfinite(free[n])) & jnp.all(jnp.isfinite(constrained[n])))
-                          for n in names])
-
-    def run_block(state, active, args):
-        """``block`` steps (the first ``active`` of them); none is applied from the first bad one on."""
-        def body(carry, i):
-            state, bad_step, bad_params = carry
-            new, loss = svi.update(state, *args, **kwargs)
-            flags = not_finite(new)
-            live = (i < active) & (bad_step < 0)
-            bad = live & (~jnp.isfinite(loss) | jnp.any(flags))
-            state = lax.cond(live & ~bad, lambda old, upd: upd, lambda old, upd: old, state, new)
-            return (state, jnp.where(bad, i, bad_step), jnp.where(bad, flags, bad_params)), loss
-
-        init = (state, jnp.asarray(-1, jnp.int32), jnp.zeros(len(names), bool))
-        (state, bad_step, bad_params), losses = lax.scan(body, init, jnp.arange(block, dtype=jnp.int32))
-        return state, losses, bad_step, bad_params
-
-    run_block = jax.jit(run_block)
-    losses = None
-    bar = _progress_bar(steps) if progress else None
-    done = 0
-    try:
-        while done < steps:
-            active = min(block, steps - done)
-            state, block_losses, bad_step, bad_params = run_block(state, active, args)
-            block_losses, bad_step = np.asarray(jax.device_get(block_losses)), int(bad_step)
-            if losses is None:  # one array for the whole run: nothing grows per step
-                losses = np.empty(steps, dtype=block_losses.dtype)
-            if bad_step >= 0:
-                losses[done:done + bad_step] = block_losses[:bad_step]
-                raise _non_finite(svi, state, names, done + bad_step + 1, steps, float(block_losses[bad_step]),
-                                  np.asarray(bad_params), losses[:done + bad_step].copy())
-            losses[done:done + active] = block_losses[:active]
-            done += active
-            if bar is not None:
-                bar.update(active)
-                bar.set_postfix_str(f"init loss: {losses[0]:.4f}, avg. loss [{done - active + 1}-{done}]: "
-                                    f"{float(np.mean(block_losses[:active])):.4f}", refresh=False)
-    finally:
-        if bar is not None:
-            bar.close()
-    result = SVIRunResult(svi.get_params(state), state, jnp.asarray(losses))
-    _block(result.params)
-    return result, time.perf_counter() - t0
-
-
-def _progress_bar(total):
-    import tqdm
-
-    return tqdm.tqdm(total=total)
-
-
-def _non_finite(svi, state, names, step, steps, loss, flags, losses):
-    """The NonFiniteLossError of step ``step`` (1-based); ``state`` is the state before it."""
-    import numpy as np
-
-    bad = [n for n, f in zip(names, flags) if f]
-    what = f"the loss is {loss}" if not np.isfinite(loss) else f"the loss is {loss:.6g}"
-    if bad:
-        what += f" and after it these params are not finite: {', '.join(bad)}"
-    else:
-        what += " (the params are still finite)"
-    last = f"; the last finite loss was {losses[-1]:.6g} at step {step - 1}" if len(losses) else ""
-    message = (f"SVI stopped at step {step} of {steps}: {what}{last}. Lower the learning rate (--lr), or check "
-               f"the data, the priors and the initial values for values that overflow")
-    return NonFiniteLossError(message, step=step, names=bad, loss=loss, params=svi.get_params(state),
-                              losses=losses)
-
-
-def fit_nuts(model, *args, rng_key, warmup: int, samples: int, chains: int = 1, target_accept: float = 0.8,
-             max_tree_depth: int = 10, dense_mass: bool = False, init_strategy=None, chain_method=None,
-             extra_fields=EXTRA_FIELDS, progress: bool = False, model_kwargs=None):
-    """NUTS on ``model`` (a model function, or a GP: its ``.model``) with ``*args``.
-
-    :param init_strategy: default ``init_to_median(num_samples=15)``.
-    :param chain_method: default ``"parallel"`` when there is a device per chain, else ``"sequential"``.
-    :returns: ``(MCMC, seconds)``: the wall-clock time of ``mcmc.run``, compilation included.
-    """
-    import jax
-    from numpyro.infer import MCMC, NUTS, init_to_median
-
-    if chain_method is None:
-        chain_method = "parallel" if jax.local_device_count() >= chains else "sequential"
-    kernel = NUTS(getattr(model, "model", model), target_accept_prob=target_accept, max_tree_depth=max_tree_depth,
-                  dense_mass=bool(dense_mass),
-                  init_strategy=init_to_median(num_samples=15) if init_strategy is None else init_strategy)
-    mcmc = MCMC(kernel, num_warmup=warmup, num_samples=samples, num_chains=chains, chain_method=chain_method,
-                progress_bar=progress)
-    t0 = time.perf_counter()
-    mcmc.run(rng_key, *args, extra_fields=tuple(extra_fields), **(model_kwargs or {}))
-    _block(mcmc.get_samples())
-    return mcmc, time.perf_counter() - t0
-
-
-def _block(tree):
-    import jax
-
-    jax.block_until_ready(tree)
-
-
 def fit_interleaved(gps: dict, X, y, *, steps: int, lr: float, batch_size: int, seed: int = 0,
                     block: int = 50):
     """SVI (TraceMeanField_ELBO, Adam) of several models on the same data for ``steps`` minibatch steps

@@ -127,16 +127,17 @@ def vff_square_model(x, y, feature):
 
 
 def run(model, args, *, chains, warmup, samples, seed=0, chain_method="sequential"):
-    """NUTS (the harness's :func:`~inference.benchmarks.harness.fit_nuts`); CPU seconds include compilation."""
+    """NUTS (:func:`~ppl_sparsegp.engines.fit_nuts`); CPU seconds include compilation."""
     import jax
     import numpy as np
     from numpyro.diagnostics import effective_sample_size, split_gelman_rubin
 
-    from inference.benchmarks.harness import fit_nuts, gradient_cost
+    from inference.benchmarks.harness import gradient_cost
+    from ppl_sparsegp.engines import fit_nuts
 
     with harness.clock() as c:
-        mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
-                           chains=chains, target_accept=0.9, chain_method=chain_method,
+        mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), num_warmup=warmup, num_samples=samples,
+                           num_chains=chains, target_accept_prob=0.9, chain_method=chain_method,
                            extra_fields=("num_steps", "diverging"))
         s = mcmc.get_samples(group_by_chain=True)
         jax.block_until_ready(s)

@@ -150,7 +150,7 @@ def _posterior_stats(draws: dict) -> dict:
 
 def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, max_rounds=1, parallel=False,
              chain_method=None):
-    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; the harness's :func:`fit_nuts`), chains
+    """NUTS (target acceptance 0.9, started at ``models.pines.INIT``; :func:`~ppl_sparsegp.engines.fit_nuts`), chains
     one after another (or in parallel on as many host devices; ``chain_method`` overrides either, e.g.
     ``"vectorized"``: every chain on one device, as on a GPU). With ``target_ess`` the chains are extended
     by ``samples`` draws per round (from the adapted state) until every hyperparameter has bulk ESS ≥
@@ -159,16 +159,17 @@ def run_nuts(model, args, *, chains, warmup, samples, seed=0, target_ess=None, m
     import numpy as np
     from numpyro.infer import init_to_value
 
-    from inference.benchmarks.harness import fit_nuts
     from models.pines import INIT
+    from ppl_sparsegp.engines import fit_nuts
 
     draws, steps, divergences = {k: [] for k in HYPER}, [], 0
     extra_fields = ("diverging", "num_steps")
     t0 = time.perf_counter()
     for round_ in range(max_rounds):
         if round_ == 0:
-            mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), warmup=warmup, samples=samples,
-                               chains=chains, target_accept=0.9, init_strategy=init_to_value(values=INIT),
+            mcmc, _ = fit_nuts(model, *args, rng_key=jax.random.PRNGKey(seed), num_warmup=warmup,
+                               num_samples=samples, num_chains=chains, target_accept_prob=0.9,
+                               init_strategy=init_to_value(values=INIT),
                                chain_method=chain_method or ("parallel" if parallel else "sequential"),
                                extra_fields=extra_fields)
         else:

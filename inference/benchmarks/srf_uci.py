@@ -106,11 +106,11 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     import numpyro.distributions as dist
     from numpyro.infer import Trace_ELBO
 
-    from inference.benchmarks.harness import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, Param, SquaredExponential
     from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
     from ppl_sparsegp.diagnostics import mixture_metrics
+    from ppl_sparsegp.engines import fit_svi
     from ppl_sparsegp.features.random_fourier import sample_frequencies
     from ppl_sparsegp.stein import AdamW
 
@@ -130,7 +130,7 @@ def fit_ssgp(name, seed, steps, learn_frequencies=True):
     # steps were tuned for the median init: airfoil's 0.0027 would leave ℓ where it starts); AdamW as in
     # the authors' code
     optim = AdamW(lambda p: cfg["lr"] if p == "feature_frequencies" else 0.05, weight_decay=1e-4)
-    res, t = fit_svi(gp, X, y, steps=steps, optim=optim, elbo=Trace_ELBO(), rng_key=jax.random.PRNGKey(seed))
+    res, t = fit_svi(gp, X, y, num_steps=steps, optim=optim, elbo=Trace_ELBO(), rng_key=jax.random.PRNGKey(seed))
     out = gp.with_data(X, y).predict(Xs, params=res.params)
     m = mixture_metrics(ys_, out["y_mean"][None], out["y_var"][None], y_scale=yscale)
     return {**m, "time_s": t, "final_loss": float(res.losses[-1]), "noise": float(cfg["noise"]),
@@ -142,10 +142,10 @@ def fit_svgp(name, seed, steps, lr=0.01):
     import numpy as np
     import numpyro.distributions as dist
 
-    from inference.benchmarks.harness import fit_svi
     from models import uci_ssgp
     from ppl_sparsegp import Gaussian, InducingPoints, Param, SparseGP, SquaredExponential
     from ppl_sparsegp.diagnostics import mixture_metrics
+    from ppl_sparsegp.engines import fit_svi
 
     cfg = uci_ssgp.DATASETS[name]
     X, y, Xs, ys_, yscale = _data(name, seed)
@@ -153,7 +153,7 @@ def fit_svgp(name, seed, steps, lr=0.01):
     pos = dist.constraints.positive
     kernel = SquaredExponential(Param(1.0, pos), Param(np.sqrt(uci_ssgp.initial_lengthscale(X, name)) + 0.1, pos))
     gp = SparseGP(InducingPoints(Param(Z)), kernel, Gaussian(Param(0.1, pos)))
-    res, t = fit_svi(gp, X, y, steps=steps, lr=lr, rng_key=jax.random.PRNGKey(seed))
+    res, t = fit_svi(gp, X, y, num_steps=steps, lr=lr, rng_key=jax.random.PRNGKey(seed))
     out = gp.predict(Xs, params=res.params)
     m = mixture_metrics(ys_, out["y_mean"][None], out["y_var"][None], y_scale=yscale)
     return {**m, "time_s": t, "final_loss": float(res.losses[-1])}

@@ -105,13 +105,13 @@ def svi_gap(kernel, X, y, exact, q_cov, steps, seed):
     import jax
     from numpyro.distributions import constraints
 
-    from inference.benchmarks.harness import fit_svi
     from ppl_sparsegp import Gaussian, Param, SparseGP, TrigonometricFeatures
+    from ppl_sparsegp.engines import fit_svi
 
     feature = TrigonometricFeatures(31, band=Param(5.0, constraints.positive), estimator="stratified",
                                     num_samples=50)
     gp = SparseGP(feature, kernel, Gaussian(NOISE_SD**2), q_cov=q_cov)
-    res, seconds = fit_svi(gp, X, y, steps=steps, lr=0.01, rng_key=jax.random.PRNGKey(seed))
+    res, seconds = fit_svi(gp, X, y, num_steps=steps, lr=0.01, rng_key=jax.random.PRNGKey(seed))
     elbo = float(gp.elbo(res.params, X, y))
     return {"gap": exact - elbo, "band": float(res.params["feature_band"]), "seconds": seconds}
 
