@@ -321,7 +321,7 @@ def test_svi_default_is_natural_gradients_with_adam_one_flag_away():
 def test_gamma_where_adam_runs_is_refused(argv, conflict, capsys, tmp_path):
     """--gamma is never silently ignored: with --optimizer adam, or a model whose q has no natural-gradient
     step (the collapsed solar model: Adam on the hyperparameters), one line naming the conflict."""
-    line = user_error(["fit", "solar", "--method", "svi", "--steps", "3", "--gamma", "0.5", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "3", "--gamma", "0.5", "--num-inducing", "5",
                        "--out", str(tmp_path / "out")] + argv, capsys)
     import re
     assert re.search(conflict, line), line
@@ -331,7 +331,7 @@ def test_a_diverging_fit_exits_non_zero_with_the_cause_and_the_fix(tmp_path, cap
     """The bundled vof_regression example (mean-field q) with --gamma 1, taken as given: the natural-gradient
     step overshoots (a Jacobi iteration on a coupled posterior) and the loss grows by orders of magnitude,
     finite; the runner stops with one line naming the step, γ and the fix (its default line-searches)."""
-    line = user_error(["fit", "vof_regression", "--method", "svi", "--steps", "40", "--gamma", "1",
+    line = user_error(["fit", "vof_regression", "--method", "svi", "--num-steps", "40", "--gamma", "1",
                        "--out", str(tmp_path / "out")], capsys)
     assert "SVI diverged at step" in line and "natural-gradient step size γ" in line and "drop --gamma" in line
     assert not (tmp_path / "out" / "idata.nc").exists()
