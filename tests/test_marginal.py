@@ -26,6 +26,7 @@ TREND = (FourierFeatures(-1.0, 4.0, 12), psg.Matern52(0.7, 0.5))
 SEASON = (FourierFeatures(0.0, 1.0, 5), psg.Periodic(0.3, 0.8, 1.0))
 BETA = dist.Normal(jnp.array([0.2, -0.1]), jnp.array([1.0, 0.5]))
 SIGMA = 0.15
+LINEAR = lambda t: jnp.stack([jnp.ones_like(t), t], -1)  # noqa: E731 (a mean basis as users write it)
 
 
 def two_gp_model(y, x_new=None):
@@ -157,17 +158,18 @@ def test_outputs_in_a_plate_are_independent_with_shared_hyperparameters():
     np.testing.assert_allclose(both, [float(one(Y[0])), float(one(Y[1]))], rtol=1e-10)
 
 
-def test_statistics_path_has_no_data_sized_array_per_gradient(monkeypatch):
+@pytest.mark.parametrize("basis", ["numpy array", "jnp function"])
+def test_statistics_path_has_no_data_sized_array_per_gradient(monkeypatch, basis):
     n = 2003  # a size no feature count has
     # past the cap on a Kuf embedded in a program (as N = 100 000 is): the statistics path must still hold
     monkeypatch.setattr("ppl_sparsegp.features.base.CONSTANT_KUF_MAX", 1000)
     xs = np.linspace(0.0, 3.0, n)
 
     def model(ys):  # two GPs and a linear mean, as in a user's model (the mean's basis is data too)
+        H = np.stack([np.ones(n), xs], 1) if basis == "numpy array" else LINEAR  # jnp: evaluated at compile time
         psg.marginal_spectral_gp("y", {"trend": (TREND[0], psg.Matern52(1.0, dist.LogNormal(0.0, 0.5))),
                                        "season": (psg.FourierFeatures(0.0, 1.0, 4), psg.Periodic(0.3, 1.0, 1.0))},
-                                 xs, ys, dist.HalfNormal(1.0), mean_basis=np.stack([np.ones(n), xs], 1),
-                                 mean_prior=dist.Normal(np.zeros(2), 1.0))
+                                 xs, ys, dist.HalfNormal(1.0), mean_basis=H, mean_prior=dist.Normal(np.zeros(2), 1.0))
 
     from numpyro.infer.util import initialize_model
 
@@ -274,20 +276,125 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     assert good["shift_refit"] == {}  # k̂ ≤ 0.7: the weights decide, no refit by default
 
 
-def test_a_mean_basis_traced_by_jax_numpy_warns_that_the_statistics_path_is_lost():
-    # jnp inside a traced model makes H a tracer (the data path: 4x the gradient's cost, measured); NumPy
-    # keeps it concrete (the statistics path, no warning)
-    import warnings
+# --- the mean basis as a function of the inputs (jax.numpy inside the model, evaluated at compile time) ---
+def _mean_model(basis, y, x_new=None, basis_new=None, exact=False, ell=dist.LogNormal(np.log(0.5), 0.3)):
+    gps = {"trend": (TREND[0], psg.Matern52(0.7, ell)), "season": SEASON}
+    return psg.marginal_spectral_gp("y", gps, x, y, SIGMA, mean_basis=basis, mean_prior=BETA, X_new=x_new,
+                                    mean_basis_new=basis_new, exact=exact)
 
-    def model(make_H):
-        psg.marginal_spectral_gp("y", {"trend": TREND}, x, y, SIGMA, mean_basis=make_H(x), mean_prior=BETA)
 
-    def potential(make_H):
-        return jax.jit(lambda: numpyro.infer.util.log_density(model, (make_H,), {}, {})[0])()
+def _y_density(basis, ell, paths=None, exact=False):
+    """log p(y | ℓ) of the observed site, with the trend lengthscale substituted (traced under jit)."""
+    model = handlers.substitute(handlers.seed(_mean_model, 0), {"trend_kernel_lengthscale": ell})
+    site = handlers.trace(model).get_trace(basis, y, exact=exact)["y"]
+    if paths is not None:
+        paths.append(getattr(site["fn"], "stats", None) is not None)
+    return site["fn"].log_prob(site["value"])
 
-    with pytest.warns(UserWarning, match="mean_basis is traced"):
-        traced = potential(lambda t: jnp.stack([jnp.ones_like(t), t], 1))
+
+def _dense_y_density(ell):
+    """The same density as a dense Gaussian integral of the latent model (jnp, differentiable in ℓ)."""
+    X = jnp.asarray(x)[:, None]
+
+    def q(f, k):
+        Kuf_ = Kuf(f, k, X)
+        return Kuf_.T @ jnp.linalg.solve(Kuu(f, k).to_dense(), Kuf_)
+
+    C = (q(TREND[0], psg.Matern52(0.7, ell)) + q(*SEASON) + H @ np.diag([1.0, 0.25]) @ H.T
+         + SIGMA**2 * jnp.eye(N))
+    L = jnp.linalg.cholesky(C)
+    a = jax.scipy.linalg.solve_triangular(L, y - H @ np.array([0.2, -0.1]), lower=True)
+    return -0.5 * a @ a - jnp.sum(jnp.log(jnp.diagonal(L))) - 0.5 * N * np.log(2 * np.pi)
+
+
+def test_a_jnp_function_as_mean_basis_gives_the_numpy_arrays_density_and_gradient_on_the_statistics_path():
+    ell = 0.45
+    ref = jax.value_and_grad(_dense_y_density)(ell)
+    paths = []
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)
-        concrete = potential(lambda t: np.stack([np.ones_like(t), t], 1))
-    np.testing.assert_allclose(float(traced), float(concrete), rtol=1e-10)
+        warnings.simplefilter("error", UserWarning)  # a function of the inputs: no warning under jit
+        got = {form: jax.jit(jax.value_and_grad(lambda e, b=basis: _y_density(b, e, paths)))(ell)
+               for form, basis in (("numpy array", H), ("jnp function", LINEAR))}
+    assert paths == [True, True]  # both traced once by jit, both on the statistics path
+    for value, grad in got.values():
+        np.testing.assert_allclose([float(value), float(grad)], [float(ref[0]), float(ref[1])], rtol=1e-9)
+    np.testing.assert_allclose(np.array(got["jnp function"]), np.array(got["numpy array"]), rtol=1e-10)
+    # exact=True: the same basis by either form, the same dense density
+    np.testing.assert_allclose(float(jax.jit(lambda e: _y_density(LINEAR, e, exact=True))(ell)),
+                               float(jax.jit(lambda e: _y_density(H, e, exact=True))(ell)), rtol=1e-12)
+
+
+def test_mean_basis_array_traced_by_jnp_warns_naming_the_function_form_and_a_basis_of_sampled_values_warns():
+    with pytest.warns(UserWarning, match=r"mean_basis is traced.*mean_basis=lambda t: jnp.stack"):
+        traced = jax.jit(lambda e: _y_density(LINEAR(jnp.asarray(x)), e))(0.45)  # the array, built by jnp
+    np.testing.assert_allclose(float(traced), float(_dense_y_density(0.45)), rtol=1e-9)
+
+    def shifted(y, shift):  # a basis that really uses a sampled value: the data path, and it says so
+        s = numpyro.sample("shift", dist.Normal(0.0, 1.0)) if shift is None else shift
+        basis = lambda t: jnp.stack([jnp.ones_like(t), t - s], -1)  # noqa: E731
+        psg.marginal_spectral_gp("y", [TREND], x, y, SIGMA, mean_basis=basis, mean_prior=BETA)
+
+    lp = lambda shift, z: numpyro.infer.util.log_density(shifted, (y, shift), {}, z)[0]  # noqa: E731
+    with pytest.warns(UserWarning, match=r"mean_basis\(X\) is traced.*sampled value"):
+        sampled = jax.jit(lambda v: lp(None, {"shift": v}))(0.3)
+    fixed = lp(0.3, {}) + dist.Normal(0.0, 1.0).log_prob(0.3)  # the same basis at a number: statistics path
+    np.testing.assert_allclose(float(sampled), float(fixed), rtol=1e-10)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_draws_at_new_inputs_with_a_mean_function_equal_those_with_mean_basis_new_given(exact):
+    x_new = np.linspace(-0.5, 3.5, 6)
+    Hn = np.stack([np.ones(6), x_new], 1)
+    draws = {form: Predictive(_mean_model, num_samples=20)(jax.random.PRNGKey(2), basis, y, x_new, basis_new,
+                                                              exact, 0.5)
+             for form, basis, basis_new in (("function", LINEAR, None), ("arrays", H, Hn),
+                                            ("function and array", LINEAR, Hn))}
+    assert set(draws["function"]) >= {"trend_new", "season_new", "y_beta", "y_new"}
+    for form in ("arrays", "function and array"):
+        for site in draws["function"]:
+            np.testing.assert_allclose(draws[form][site], draws["function"][site], rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="mean_basis_new has 3 columns where mean_basis has 2"):
+        handlers.trace(handlers.seed(_mean_model, 0)).get_trace(LINEAR, y, x_new, np.c_[Hn, x_new**2], exact, 0.5)
+
+
+def test_a_mean_function_in_a_plate_of_outputs_gives_the_arrays_densities():
+    Y = np.stack([y, -y + 0.5 * x])
+
+    def model(basis):
+        with numpyro.plate("outputs", 2, dim=-1):
+            psg.marginal_spectral_gp("y", [TREND], x, Y, SIGMA, mean_basis=basis, mean_prior=BETA)
+
+    def density(basis):
+        d = _site(model, basis)
+        assert d.stats is not None  # under jit too: the statistics path
+        return d.log_prob(d.y)
+
+    both = {form: jax.jit(lambda b=basis: density(b))() for form, basis in (("function", LINEAR), ("array", H))}
+    assert both["function"].shape == (2,)
+    np.testing.assert_allclose(both["function"], both["array"], rtol=1e-10)
+
+
+def test_refinement_check_reads_a_mean_function_as_the_array():
+    def model(basis, y, features={"trend": TREND[0]}):
+        trend = (features["trend"], psg.Matern52(0.7, dist.LogNormal(np.log(0.5), 0.3)))
+        psg.marginal_spectral_gp("y", {"trend": trend, "season": SEASON}, x, y, SIGMA, mean_basis=basis,
+                                 mean_prior=BETA)
+
+    draws = {"trend_kernel_lengthscale": jnp.linspace(0.35, 0.65, 30)}
+    out = {form: diagnostics.refinement_check(model, draws, basis, y, refit=False) for form, basis in
+           (("function", LINEAR), ("array", H))}
+    assert out["function"]["k_hat"] == pytest.approx(out["array"]["k_hat"], rel=1e-8)
+    assert out["function"]["shift_is"] == pytest.approx(out["array"]["shift_is"], rel=1e-8)
+
+
+@pytest.mark.parametrize("basis, error", [
+    (lambda t: LINEAR(t)[:-1], r"mean_basis\(X\) must be \(N, P\) with N = 40 rows"),
+    (lambda t: jnp.stack([jnp.ones_like(t), jnp.where(t > 1, jnp.nan, t)], -1), r"mean_basis\(X\) contains NaN"),
+    (lambda t: jnp.stack([jnp.ones_like(t), t, t**2], -1), "mean_prior must be over the 3 columns of mean_basis"),
+    (lambda t: None, r"mean_basis\(X\) must be an array"),
+])
+def test_a_bad_mean_function_is_refused_naming_mean_basis(basis, error):
+    with pytest.raises(ValueError, match=error):
+        handlers.trace(handlers.seed(_mean_model, 0)).get_trace(basis, y, ell=0.5)
+    with pytest.raises(ValueError, match="needs mean_basis_new .* or mean_basis as a function"):
+        handlers.trace(handlers.seed(_mean_model, 0)).get_trace(H, y, np.zeros(3), ell=0.5)

@@ -98,3 +98,20 @@ def test_pilot_refuses_refined_features_over_the_cap_before_fitting():
     assert once.num_features < pilot.num_features  # the advice's refine=1 is under the cap
     chosen = psg.choose_features(model, XS, YS, refine=1, starts=1, max_features=pilot.num_features - 1)
     assert chosen.info["refine"] == 1
+
+
+@pytest.mark.slow
+def test_pilot_reads_a_mean_function_as_the_numpy_array():
+    # the linear mean as users write it (jax.numpy, a function of the inputs) and as a NumPy array: the same
+    # pilot, the same choice
+    def with_mean(xs, ys, basis, features=START):
+        psg.marginal_spectral_gp("y", {"f": (features["f"], psg.Matern52(1.0, PRIOR))}, xs, ys, NOISE,
+                                 mean_basis=basis, mean_prior=dist.Normal(np.zeros(2), 1.0))
+
+    forms = {"function": lambda t: jnp.stack([jnp.ones_like(t), t / 10], -1),
+             "array": np.stack([np.ones(N), XS / 10], 1)}
+    chosen = {form: psg.choose_features(with_mean, XS, YS, basis, starts=1, refine=1, maxiter=40)
+              for form, basis in forms.items()}
+    assert chosen["function"]["f"].num_frequencies == chosen["array"]["f"].num_frequencies
+    got, ref = (chosen[form].info["modes"][0]["gps"]["f"] for form in ("function", "array"))
+    assert got["lengthscale"] == pytest.approx(ref["lengthscale"], rel=1e-6)

@@ -27,7 +27,8 @@ latent left: no funnel between the whitened coordinates and the noise, a few lea
 
 When every Kuf factors as :math:`\operatorname{diag}(\mathbf s)\Phi` with Φ free of the hyperparameters
 (:func:`~ppl_sparsegp.covariances.kuf_basis`: VFF with the data inside its box, the periodic kernel's
-Fourier features) and X, y and H are data (not traced), the statistics :math:`\Psi^\top\Psi`,
+Fourier features) and X, y and H are data (not traced; H from NumPy, or ``mean_basis`` a function of the
+inputs, evaluated at X under ``jax.ensure_compile_time_eval``), the statistics :math:`\Psi^\top\Psi`,
 :math:`\Psi^\top\mathbf y`, :math:`\mathbf y^\top\mathbf y` of :math:`\Psi = [\Phi_1^\top\cdots\ H]` are
 computed once, when the model is traced, and each gradient costs O(M'³) with no N (the Gram root comes
 from an eigendecomposition of :math:`\Psi^\top\Psi`, as :class:`~ppl_sparsegp.CollapsedGP`'s precomputed
@@ -327,13 +328,22 @@ def _mean_prior(mean_prior, P, dtype):
     return jnp.asarray(loc, dtype), jnp.asarray(L, dtype)
 
 
-def _basis_matrix(H, N, what):
+def _basis_matrix(H, X, n, what):
+    """H (n, P) from an array (N, P) or (N,), or from a callable evaluated at the inputs X as the user
+    passed them, under compile-time evaluation: jax.numpy on concrete inputs gives a concrete H inside a
+    trace (NUTS's jit), so the statistics path holds; H stays traced only where it uses traced values."""
+    name = f"{what}(X)" if callable(H) else what
     with jax.ensure_compile_time_eval():  # data stay concrete inside a trace (for the statistics)
-        H = jnp.asarray(H)
+        if callable(H):
+            H = H(np.asarray(X) if isinstance(X, (list, tuple)) else X)
+        try:
+            H = jnp.asarray(H)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an array (N, P), got {type(H).__name__}") from None
         H = H[:, None] if H.ndim == 1 else H
-    if H.ndim != 2 or H.shape[0] != N:
-        raise ValueError(f"{what} must be (N, P) with N = {N} rows (one per input), got shape {H.shape}")
-    check_finite(H, what)
+    if H.ndim != 2 or H.shape[0] != n:
+        raise ValueError(f"{name} must be (N, P) with N = {n} rows (one per input), got shape {H.shape}")
+    check_finite(H, name)
     return H
 
 
@@ -362,7 +372,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
     ``dist.Normal(f, noise)``, so NUTS samples only the hyperparameters. Per gradient it costs O(N M'² +
     M'³) with M' = Σ features + P, and O(M'³) with no N when every GP's Kuf is free of the
     hyperparameters (VFF with X inside its box, the periodic kernel's Fourier features; X, y and the mean
-    basis passed as data, not computed from sampled values).
+    basis data, not computed from sampled values: y and an array basis from NumPy, or the basis a function).
 
     :param name: the observed site (and the prefix of ``<name>_noise``, ``<name>_new``, ``<name>_beta``).
     :param gps: a ``(feature, kernel)`` pair, a list of pairs (GPs named ``<name>_gp0``, ...) or a dict
@@ -375,21 +385,29 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
     :param noise_scale: the noise standard deviation σ > 0 (a scale, not a variance), a scalar: a number, a
         value sampled by the model, or a NumPyro distribution with positive support (sampled as ``<name>_noise``).
     :param mean_basis: optional H (N, P) (or (N,)): the parametric mean Hβ, e.g.
-        ``jnp.stack([jnp.ones(N), t], 1)`` for a linear trend.
+        ``lambda t: jnp.stack([jnp.ones_like(t), t], -1)`` for a linear trend: a function ``H(X) -> (N, P)``
+        of the inputs as passed ((N,) or (N, D)), evaluated at X (and at X_new) when the model is traced,
+        under ``jax.ensure_compile_time_eval``, so jax.numpy on the data gives numbers, not tracers, and the
+        statistics path holds under NUTS; or the array H (N, P), built with NumPy: an array computed with
+        jax.numpy inside a model run under ``jit`` (NUTS, SVI) is a tracer even from constant data, which
+        the library cannot evaluate (it warns, naming the function form). A basis that uses sampled values
+        is traced either way and keeps the O(N M'²) path.
     :param mean_prior: the Gaussian prior of β (``dist.Normal`` with P entries, or
         ``dist.MultivariateNormal``); required with ``mean_basis``. β is integrated out too.
     :param X_new: inputs at which to draw each GP from its exact conditional given y and the
         hyperparameters (sites ``<gp name>_new`` per GP and ``<name>_new``, their sum plus
         ``mean_basis_new @ β``; with a mean, ``<name>_beta`` the weights' draw). Needs a random key
         (``numpyro.infer.Predictive`` or ``handlers.seed``) and y.
-    :param mean_basis_new: H at X_new (N_new, P); required when there is a mean and X_new.
+    :param mean_basis_new: H at X_new (N_new, P), with the P columns of ``mean_basis``: needed with X_new
+        only for an array ``mean_basis`` (a function is evaluated at X_new); where given it is used.
     :param exact: the exact GP instead (the user's reference): the same sites with the dense covariance
         :math:`\sum_j K^{(j)}_{ff} + HBH^\top + \sigma^2 I`
         (:class:`~ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian`),
         O(N³) per gradient (N up to a few thousand: run it on a subsample); the features are ignored (a
         pair may be ``(None, kernel)``) and the draws at ``X_new`` come from the exact conditional.
     :returns: None, or with ``X_new`` a dict ``{gp name: f_new, name: the sum}`` of arrays (..., N_new).
-    :raises ValueError: for bad shapes or values (naming the argument), a mean basis without its prior,
+    :raises ValueError: for bad shapes or values (naming the argument; ``mean_basis(X)`` for the function's
+        value), a mean basis without its prior or whose width differs from the prior's or mean_basis_new's,
         X_new without y or a random key.
 
     **Pointwise log-likelihood.** The model does not factorise over observations: for ArviZ's
@@ -398,21 +416,22 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
     which PSIS-LOO (``az.loo``) takes as the pointwise values of a non-factorised model [3].
     """
     _require_model("marginal_spectral_gp")
+    X_given = X  # a callable mean_basis is evaluated at the inputs as passed
     named = _named_gps(name, gps)
     own_model_checks.check_marginal_gps(name, named, exact=exact)
     X, y, s2 = _checked_data(name, X, y, noise_scale)
     if exact:
-        return _exact_model(name, named, X, y, s2, mean_basis, mean_prior, X_new, mean_basis_new)
+        return _exact_model(name, named, X, y, s2, (mean_basis, mean_prior, mean_basis_new), X_given, X_new)
 
     parts, gp_models = _gp_parts(named, X)
-    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X)
+    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X_given, X.shape[0])
     if H is not None:
         with jax.ensure_compile_time_eval():  # Hᵀ stays concrete under jit, so the statistics path holds
             Ht = H.T
         parts.append(_Part(None, None, Ht, L))
 
     constant = (y is not None and all(is_concrete(p.basis) for p in parts) and is_concrete(y))
-    _warn_lost_statistics(y, parts, H)
+    _warn_lost_statistics(y, parts, H, callable(mean_basis))
     stats = _statistics(parts, y, H) if constant else None
     batch = () if y is None else y.shape[:-1]
     marginal = MarginalGaussian(parts, s2, beta_bar=beta_bar, stats=stats, y=y, batch_shape=batch)
@@ -422,7 +441,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
                    infer={"ppl_sparsegp_gps": gps_info, "ppl_sparsegp_kernels": kernels, "ppl_sparsegp_inputs": X})
     if X_new is None:
         return None
-    return _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new)
+    return _draw_new(name, marginal, parts, gp_models, y, X_new, beta_bar, (mean_basis, mean_basis_new))
 
 
 def _checked_data(name, X, y, noise_scale):
@@ -467,16 +486,29 @@ def _gp_parts(named, X):
     return parts, gp_models
 
 
-def _mean_weights(mean_basis, mean_prior, X):
-    """(H (N, P), β̄ (P,), L (P, P)) of the parametric mean, or three Nones without one."""
+def _mean_weights(mean_basis, mean_prior, X, n):
+    """(H (N, P), β̄ (P,), L (P, P)) of the parametric mean, or three Nones without one (X as passed, n = N)."""
     if mean_basis is None and mean_prior is None:
         return None, None, None
     if mean_basis is None or mean_prior is None:
-        raise ValueError("a parametric mean needs both mean_basis (N, P) and mean_prior (a Gaussian on the "
-                         "P weights)")
-    H = _basis_matrix(mean_basis, X.shape[0], "mean_basis")
-    beta_bar, L = _mean_prior(mean_prior, H.shape[1], jnp.result_type(X.dtype, float))
+        raise ValueError("a parametric mean needs both mean_basis (N, P), or a function of the inputs giving "
+                         "it, and mean_prior (a Gaussian on the P weights)")
+    H = _basis_matrix(mean_basis, X, n, "mean_basis")
+    beta_bar, L = _mean_prior(mean_prior, H.shape[1], jnp.result_type(H.dtype, float))
     return H, beta_bar, L
+
+
+def _mean_basis_new(mean_basis, mean_basis_new, X_new, n_new, P):
+    """H at X_new (N_new, P): ``mean_basis_new`` where given (P columns), else the callable mean_basis."""
+    if mean_basis_new is None and not callable(mean_basis):
+        raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new, or mean_basis "
+                         "as a function of the inputs, e.g. mean_basis=lambda t: jnp.stack([jnp.ones_like(t), t], -1)")
+    Hn = _basis_matrix(mean_basis if mean_basis_new is None else mean_basis_new, X_new, n_new,
+                       "mean_basis" if mean_basis_new is None else "mean_basis_new")
+    if Hn.shape[1] != P:
+        raise ValueError(f"mean_basis_new has {Hn.shape[1]} columns where mean_basis has {P}: it must be the same "
+                         "basis at X_new (or leave it out and pass mean_basis as a function of the inputs)")
+    return Hn
 
 
 def _draw_key(y):
@@ -490,11 +522,14 @@ def _draw_key(y):
     return key
 
 
-def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basis_new):
-    """The GPs' draws at X_new given y (sites ``<gp name>_new``, ``<name>_beta``, ``<name>_new``)."""
+def _draw_new(name, marginal, parts, gp_models, y, X_new, beta_bar, mean):
+    """The GPs' draws at X_new given y (sites ``<gp name>_new``, ``<name>_beta``, ``<name>_new``); ``mean``
+    is (mean_basis, mean_basis_new)."""
     key = _draw_key(y)
     v = marginal.posterior_weights(y, key)  # (..., M')
-    X_new = _as_inputs(X_new, "X_new")
+    X_new, X_new_given = _as_inputs(X_new, "X_new"), X_new
+    P = None if beta_bar is None else beta_bar.shape[0]
+    Hn = None if P is None else _mean_basis_new(*mean, X_new_given, X_new.shape[0], P)
     out, start, total = {}, 0, 0.0
     for (gp_name, feature, kernel, Kmm), part in zip(gp_models, parts):
         Xn = feature.warn_outside(feature.check_inputs(X_new, "X_new"), "X_new", kernel=kernel)
@@ -502,22 +537,21 @@ def _draw_new(name, marginal, parts, gp_models, y, X_new, H, beta_bar, mean_basi
         start += part.cols
         out[gp_name] = numpyro.deterministic(f"{gp_name}_new", _project(feature, kernel, Xn, vj, True, Kmm, False))
         total = total + out[gp_name]
-    if H is not None:
-        if mean_basis_new is None:
-            raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
-        Hn = _basis_matrix(mean_basis_new, X_new.shape[0], "mean_basis_new")
+    if Hn is not None:
         beta = numpyro.deterministic(f"{name}_beta", beta_bar + v[..., start:] @ parts[-1].L.T)
         total = total + beta @ Hn.T
     out[name] = numpyro.deterministic(f"{name}_new", total)
     return out
 
 
-def _exact_model(name, named, X, y, noise_variance, mean_basis, mean_prior, X_new, mean_basis_new):
+def _exact_model(name, named, X, y, noise_variance, mean, X_given, X_new):
     """``marginal_spectral_gp(..., exact=True)``: the dense covariance's site and, with X_new, the exact
-    conditional draws (:mod:`~ppl_sparsegp.approximations.exact_marginal`); the same site names."""
+    conditional draws (:mod:`~ppl_sparsegp.approximations.exact_marginal`); the same site names. ``mean``
+    is (mean_basis, mean_prior, mean_basis_new), X_given the inputs as passed."""
+    mean_basis, mean_prior, mean_basis_new = mean
     kernels = [(gp_name, instantiate(kernel, f"{gp_name}_kernel_") if free_leaves(kernel) else kernel)
                for gp_name, _, kernel in named]
-    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X)
+    H, beta_bar, L = _mean_weights(mean_basis, mean_prior, X_given, X.shape[0])
     C = exact_covariance([k for _, k in kernels], X, noise_variance, H, L)
     loc = 0.0 if H is None else H @ beta_bar
     batch = () if y is None else y.shape[:-1]
@@ -525,33 +559,43 @@ def _exact_model(name, named, X, y, noise_variance, mean_basis, mean_prior, X_ne
     if X_new is None:
         return None
     key = _draw_key(y)
-    X_new = _as_inputs(X_new, "X_new")
-    if H is not None and mean_basis_new is None:
-        raise ValueError("X_new with a parametric mean needs mean_basis_new (N_new, P), H at X_new")
+    X_new, X_new_given = _as_inputs(X_new, "X_new"), X_new
+    Hn = None if H is None else _mean_basis_new(mean_basis, mean_basis_new, X_new_given, X_new.shape[0], H.shape[1])
     fs, beta = exact_conditional_draw([k for _, k in kernels], X, X_new, C, y - loc, key, H=H, L=L,
                                       beta_bar=beta_bar)
     out, total = {}, 0.0
     for (gp_name, _), f in zip(kernels, fs):
         out[gp_name] = numpyro.deterministic(f"{gp_name}_new", f)
         total = total + f
-    if H is not None:
-        Hn = _basis_matrix(mean_basis_new, X_new.shape[0], "mean_basis_new")
+    if Hn is not None:
         beta = numpyro.deterministic(f"{name}_beta", beta)
         total = total + beta @ Hn.T
     out[name] = numpyro.deterministic(f"{name}_new", total)
     return out
 
 
-def _warn_lost_statistics(y, parts, H):
-    """Warn when only y or the mean basis, traced, keeps the model off the statistics path: jax.numpy inside
-    a traced model makes arrays computed from data traced too (measured at N = 449, M' = 72 and 140: 0.49
-    and 1.68 ms per gradient against 0.12 and 0.42 with the basis from NumPy)."""
+def _warn_lost_statistics(y, parts, H, basis_is_callable):
+    """Warn when only y or the mean basis, traced, keeps the model off the statistics path. jax.numpy inside
+    a model run under jit makes an array computed from constant data a tracer, which the library cannot
+    evaluate (measured at N = 449, M' = 72 and 140: 1.51x and 2.69x the hand-written density's gradient);
+    a callable basis is evaluated at compile time, so it is traced only where it uses traced values."""
     gp_parts = parts[:-1] if H is not None else parts
     if y is None or not all(is_concrete(p.basis) for p in gp_parts):
         return
-    traced = [what for what, v in (("y", y), ("mean_basis", H)) if v is not None and not is_concrete(v)]
-    if traced:
-        warnings.warn(f"marginal_spectral_gp: {' and '.join(traced)} is traced (computed with jax.numpy inside "
-                      "the model, or from sampled values), so each gradient costs O(N M'²) instead of O(M'³) "
-                      "from statistics computed once; compute it with NumPy or outside the model unless it "
-                      "depends on sampled values", stacklevel=3)
+    why = []
+    if not is_concrete(y):
+        why.append("y is traced (computed with jax.numpy inside the model, or from sampled values): compute it "
+                   "with NumPy or outside the model")
+    if H is not None and not is_concrete(H) and basis_is_callable:
+        why.append("mean_basis(X) is traced: the function uses a sampled value or an array computed with "
+                   "jax.numpy inside the model (traced under jit); expected if the mean depends on sampled "
+                   "values, else build what it uses from its argument or with NumPy")
+    elif H is not None and not is_concrete(H):
+        why.append("mean_basis is traced: an array computed with jax.numpy inside a model run under jit (NUTS, "
+                   "SVI) is traced even from constant data, and cannot be evaluated; pass the basis as a function "
+                   "of the inputs, e.g. mean_basis=lambda t: jnp.stack([jnp.ones_like(t), t], -1), which is "
+                   "evaluated at X when the model is traced (or build the array with NumPy), unless it depends "
+                   "on sampled values")
+    if why:
+        warnings.warn(f"marginal_spectral_gp: each gradient costs O(N M'²) instead of O(M'³) from statistics "
+                      f"computed once, because {'; and '.join(why)}", stacklevel=3)
