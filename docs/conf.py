@@ -86,19 +86,13 @@ myst_heading_anchors = 3
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".py": "myst-nb"}
 
 # --- math ------------------------------------------------------------------------------------------
-# A local MathJax 2 when one is installed (Debian/Ubuntu: apt-get install libjs-mathjax), so that the
-# formulas render offline; otherwise MathJax from its CDN when the pages are read (nothing is fetched at
-# build time, so the build is the same from a fresh clone either way). PPL_SPARSEGP_MATHJAX names another
-# MathJax 2 (a path or URL ending in MathJax.js[?config=...]); PPL_SPARSEGP_MATHJAX=cdn forces the CDN.
-LOCAL_MATHJAX = Path("/usr/share/javascript/mathjax/MathJax.js")
-_mathjax = os.environ.get("PPL_SPARSEGP_MATHJAX") or (LOCAL_MATHJAX.as_uri() if LOCAL_MATHJAX.exists() else "cdn")
-if _mathjax != "cdn":
-    _mathjax = Path(_mathjax).as_uri() if _mathjax.startswith("/") else _mathjax  # a path: its file:// URL
-    mathjax_path = _mathjax if "?" in _mathjax else _mathjax + "?config=TeX-AMS-MML_HTMLorMML"
-    mathjax2_config = {"tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]],
-                                   "processEscapes": True, "processEnvironments": True},
-                       "HTML-CSS": {"availableFonts": ["TeX"]}}
-    myst_update_mathjax = False  # MyST's MathJax 3 options would replace MathJax 2's configuration
+# MathJax 3 ships inside the built site (sphinx-mathjax-offline, a docs dependency, copies it into
+# _static/mathjax), so every formula renders without a network; PPL_SPARSEGP_MATHJAX names another
+# MathJax 3 (a path or URL ending in tex-chtml.js) instead.
+extensions.append("sphinx-mathjax-offline")
+if os.environ.get("PPL_SPARSEGP_MATHJAX"):
+    _mathjax = os.environ["PPL_SPARSEGP_MATHJAX"]
+    mathjax_path = Path(_mathjax).as_uri() if _mathjax.startswith("/") else _mathjax
 
 # --- HTML ------------------------------------------------------------------------------------------
 html_theme = "furo"
