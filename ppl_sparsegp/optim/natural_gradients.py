@@ -156,9 +156,13 @@ def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, 
     return gamma
 
 def _sites(target):
-    """The q sites' prefixes: a SparseGP (``site``, ``num_latent_gps``) or a name / list of names."""
+    """The q sites' prefixes: an approximation's ``natural_gradient_sites()`` (several q's, e.g. both
+    parts of the orthogonally decoupled GP), a SparseGP (``site``, ``num_latent_gps``) or a name / list of
+    names."""
     if isinstance(target, str):
         return (target,)
+    if callable(getattr(target, "natural_gradient_sites", None)):
+        return tuple(target.natural_gradient_sites())
     if hasattr(target, "site") and hasattr(target, "num_latent_gps"):
         if target.num_latent_gps == 1:
             return (target.site,)
