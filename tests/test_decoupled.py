@@ -347,6 +347,24 @@ def test_natural_gradients_step_both_parts_to_the_optimum(q_cov_basis, gamma, nu
     assert -res.losses[0] < best - 1.0
 
 
+def test_prediction_from_draws_is_the_dense_conditional_per_draw():
+    """predict(samples=...): per draw of (ε_u, ε_v), p(f | u, v_⊥) is the dense p(f | w) at w = T (R ε_u,
+    L_c ε_v); the mixture's mean and variance are the law of total variance over the draws."""
+    gp, X, y = _gp("fourier")
+    rng = np.random.default_rng(5)
+    Kuu = psg.Kuu(gp.basis, gp.kernel)
+    du, dv = Kuu.sqrt_cols, gp.orthogonal.num_features
+    draws = {gp.sites[0]: jnp.asarray(rng.normal(size=(4, du))), gp.sites[1]: jnp.asarray(rng.normal(size=(4, dv)))}
+    out = gp.predict(X, samples=draws)
+    for i in range(4):  # a point-mass q at the draw: the dense joint with S = 0
+        p = {f"{gp.sites[0]}_loc": draws[gp.sites[0]][i], f"{gp.sites[0]}_scale_tril": jnp.zeros((du, du)),
+             f"{gp.sites[1]}_loc": draws[gp.sites[1]][i], f"{gp.sites[1]}_scale_tril": jnp.zeros((dv, dv))}
+        m, v = _dense_qf(gp, p, X)
+        np.testing.assert_allclose(out["f_mean_draws"][i], m, atol=1e-8)
+        np.testing.assert_allclose(out["f_var_draws"][i], v, atol=1e-8)
+    np.testing.assert_allclose(out["f_var"], out["f_var_draws"].mean(0) + out["f_mean_draws"].var(0), atol=1e-12)
+
+
 @pytest.mark.parametrize("args, exc, words", [
     (dict(basis=None, orthogonal=None), ValueError, "both None"),
     (dict(basis="nope"), TypeError, "basis must be an InducingFeature"),

@@ -258,7 +258,9 @@ class NaturalGradient(NumPyroOptim):
         result = svi.run(key, 100, X, y)
 
     :param sites: the :class:`~ppl_sparsegp.SparseGP` whose guide SVI runs (its q sites: one, or one per
-        latent GP), or the inducing site name(s) of :func:`~ppl_sparsegp.inducing_guide` (e.g. ``"f_v"``).
+        latent GP), an approximation with ``natural_gradient_sites()`` (the
+        :class:`~ppl_sparsegp.OrthogonallyDecoupledGP`: both q's, stepped together), or the inducing site
+        name(s) of :func:`~ppl_sparsegp.inducing_guide` (e.g. ``"f_v"``).
     :param optim: a NumPyro optimiser for the other params (default ``Adam(0.01)``).
     :param gamma: the step size: a number in (0, 1] or a callable ``step -> γ`` (:func:`gamma_ramp`,
         :func:`gamma_schedule`). Default: 1 for a model with a Gaussian likelihood (one step reaches the
