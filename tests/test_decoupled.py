@@ -224,7 +224,7 @@ def test_basis_in_the_span_of_the_orthogonal_points_predicts_as_svgp_on_them():
     G = np.asarray(psg.Kuu(U, k).solve(psg.Kuf(U, k, V.Z)))
     # the degenerate directions of v_⊥ carry (almost) no prior variance: a q with O(1) variance there
     # would have an infinite KL, so give q(v_⊥) the prior's covariance scaled, as an optimum would
-    C = np.asarray(gp._prior(U, V, k).C.to_dense())
+    C = np.asarray(gp._prior(U, V, k)[0].C.to_dense())
     Sv = 0.5 * C
     mv = C @ np.random.default_rng(3).normal(size=len(mv))
     m_full, S_full = mv + G.T @ mu, Sv + G.T @ Su @ G

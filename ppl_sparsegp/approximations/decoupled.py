@@ -70,7 +70,7 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Dense, Diagonal, Identity
 from ..parameters import free_sites, instantiate
-from ..sharding import map_rows
+from ..sharding import is_distributed, map_rows
 from ._shared import require_params, require_samples  # approximations/common.py after the rename
 from .base import GPModel
 from .variational import default_family, diagonal_covariance, full_covariance, q_cov_name, resolve_q_family
@@ -252,28 +252,34 @@ class OrthogonallyDecoupledGP(GPModel):
         return X, y
 
     # --- the prior and the marginals ---------------------------------------------------------------
-    def _prior(self, U, V, kernel) -> Prior:
-        """Kuu, G = Kuu⁻¹Kuv and C_vv (Dense) for one set of hyperparameters."""
+    def _prior(self, U, V, kernel, X=None):
+        """Kuu, G = Kuu⁻¹Kuv and C_vv (Dense) for one set of hyperparameters; with rows ``X`` also U's Kuf
+        there, computed in ONE Kuf call with V's points (a family's Kuf can carry a fixed cost per call: for
+        spherical harmonics with a learnt lengthscale its gradient costs about as much for 64 rows as for
+        256): returns ``(prior, Kuf(U, X) or None)``."""
         Ku = None if U is None else Kuu(U, kernel)
-        if V is None:
-            return Prior(Ku, None, None)
-        Kv = Kuu(V, kernel)
-        if U is None:
-            return Prior(None, None, Kv)
-        Kuv = cross_covariance(U, V, kernel)
+        if V is None or U is None:
+            return Prior(Ku, None, None if V is None else Kuu(V, kernel)), None
+        Kv, Kmn = Kuu(V, kernel), None
+        if X is not None and isinstance(V, InducingPoints) and not hasattr(X, "points") \
+                and not is_distributed(X):
+            K = Kuf(U, kernel, jnp.concatenate([V.Z, X], axis=0))
+            Kuv, Kmn = K[:, :V.num_features], K[:, V.num_features:]
+        else:
+            Kuv = cross_covariance(U, V, kernel)
         G = Ku.solve(Kuv)                                           # Kuu⁻¹Kuv: solves only, no M_u³
         Kvv = Kv.to_dense()
         C = Kvv - Kuv.T @ G                                         # Eq. (9) [2]: C_vv
         C = 0.5 * (C + C.T)
         rel = self.jitter if self.jitter is not None else (1e-8 if jnp.finfo(C.dtype).bits == 64 else 1e-5)
-        return Prior(Ku, G, Dense(C, jitter=rel * jnp.mean(jnp.diagonal(Kvv))))
+        return Prior(Ku, G, Dense(C, jitter=rel * jnp.mean(jnp.diagonal(Kvv)))), Kmn
 
-    def _projections(self, prior, U, V, kernel, X):
+    def _projections(self, prior, U, V, kernel, X, Kmn=None):
         """Per-part (A, qff) with f's mean Σ Aᵀm and variance k − Σ qff + Σ diag(AᵀSA) (module docstring),
-        and diag k(X, X); an absent part gives None."""
-        parts, Kmn = [None, None], None
+        and diag k(X, X); an absent part gives None. ``Kmn``: U's Kuf at X if already computed."""
+        parts = [None, None]
         if U is not None:
-            Kmn = Kuf(U, kernel, X)
+            Kmn = Kuf(U, kernel, X) if Kmn is None else Kmn
             parts[0] = projection(U, kernel, X, whiten=self.whiten, Kmm=prior.Kuu, Kmn=Kmn)
         if V is not None:
             c = Kuf(V, kernel, X)
@@ -282,11 +288,11 @@ class OrthogonallyDecoupledGP(GPModel):
             parts[1] = projection(V, kernel, X, whiten=self.whiten, Kmm=prior.C, Kmn=c)
         return parts, kernel.diag(X)
 
-    def _marginals(self, prior, U, V, kernel, X, locs, covs):
+    def _marginals(self, prior, U, V, kernel, X, locs, covs, Kmn=None):
         """q(f(X)) marginals ((N,), or (N, L)) for q means ``locs`` and covariances ``covs`` per part (one
         per latent GP: (L, M') means and a tuple of L operators); ``covs`` None: p(f | u, v_⊥) at
         ``locs``."""
-        parts, kdiag = self._projections(prior, U, V, kernel, X)
+        parts, kdiag = self._projections(prior, U, V, kernel, X, Kmn)
         L = self.num_latent_gps
         mean, var, extra = 0.0, kdiag, 0.0
         for part, loc, cov in zip(parts, locs, covs if covs is not None else (None, None)):
@@ -335,15 +341,20 @@ class OrthogonallyDecoupledGP(GPModel):
                              f"{batch_size!r} of type {type(batch_size).__name__}")
         kernel, likelihood, (U, V), c = self.components()
         X, y = self._check_data(X, y, likelihood)
-        prior = self._prior(U, V, kernel)
-        locs = self._inducing(prior)
         N, L = X.shape[0], self.num_latent_gps
         if batch_size is not None and not 0 < batch_size <= N:
             raise ValueError(f"batch_size must be in 1..{N}, got {batch_size}")
-        key = numpyro.prng_key() if (y is not None and likelihood.monte_carlo) else None
-        with numpyro.plate("data", N, subsample_size=batch_size) as idx:
+        data = numpyro.plate("data", N, subsample_size=batch_size)  # the minibatch is drawn here
+        with data as idx:
             Xb = X if batch_size is None else X[idx]
-            mean, var = map_rows(lambda Xs: self._marginals(prior, U, V, kernel, Xs, locs, None), Xb)
+        prior, Kmn = self._prior(U, V, kernel, Xb)
+        locs = self._inducing(prior)
+        key = numpyro.prng_key() if (y is not None and likelihood.monte_carlo) else None
+        with data:
+            if Kmn is not None:  # U's Kuf at the batch came with Kuv (one call)
+                mean, var = self._marginals(prior, U, V, kernel, Xb, locs, None, Kmn)
+            else:
+                mean, var = map_rows(lambda Xs: self._marginals(prior, U, V, kernel, Xs, locs, None), Xb)
             mean = mean + c
             lik = likelihood if batch_size is None else likelihood.subsample(idx)
             if y is None:
@@ -374,7 +385,7 @@ class OrthogonallyDecoupledGP(GPModel):
     def _guide_prior(self, U, V, kernel):
         """The prior parts a guide needs: whitened, only Kuu and V's size (C_vv is not formed)."""
         if not self.whiten or V is None:
-            return self._prior(U, V, kernel)
+            return self._prior(U, V, kernel)[0]
         Ku = None if U is None else Kuu(U, kernel)
         dtype = jnp.result_type(float) if Ku is None else Ku.dtype
         return Prior(Ku, None, Identity(V.num_features, dtype))
@@ -391,15 +402,16 @@ class OrthogonallyDecoupledGP(GPModel):
             numpyro.sample(site, StructuredNormal(loc, cov))
 
     # --- exact evaluation and prediction -----------------------------------------------------------
-    def _fitted(self, params: dict, method: str):
-        """(kernel, likelihood, (U, V), c, prior, q) at SVI params (all the guide's: else ``ValueError``)."""
+    def _fitted(self, params: dict, method: str, X=None):
+        """(kernel, likelihood, (U, V), c, prior, q, Kmn) at SVI params (all the guide's: else
+        ``ValueError``); Kmn: U's Kuf at the rows X, or None (see :meth:`_prior`)."""
         require_params(self, method, params)
         values = self.point_values(params)
         kernel, likelihood, (U, V), c = self.components_from(values)
-        prior = self._prior(U, V, kernel)
+        prior, Kmn = self._prior(U, V, kernel, X)
         with handlers.block(), handlers.substitute(data=values):
             q = self._q_all(prior)
-        return kernel, likelihood, (U, V), c, prior, q
+        return kernel, likelihood, (U, V), c, prior, q, Kmn
 
     def kl(self, params: dict):
         r""":math:`\mathrm{KL}[q(\mathbf u)\|p(\mathbf u)] + \mathrm{KL}[q(\mathbf v_\perp)\|
@@ -408,7 +420,7 @@ class OrthogonallyDecoupledGP(GPModel):
         :param params: ``svi_result.params`` of :meth:`guide`.
         :returns: a scalar.
         :raises ValueError: when ``params`` lacks a param of :meth:`guide`."""
-        *_, prior, q = self._fitted(params, "kl")
+        *_, prior, q, _ = self._fitted(params, "kl")
         return self._kl(prior, q)
 
     def _kl(self, prior, q):
@@ -432,9 +444,12 @@ class OrthogonallyDecoupledGP(GPModel):
         :param num_data: the size of the data set (X, y) were drawn from, or None.
         :raises ValueError: for bad data, or ``params`` lacking a param of :meth:`guide`."""
         X, y = self._check_data(X, y, self.likelihood)
-        kernel, likelihood, (U, V), c, prior, q = self._fitted(params, "elbo")
+        kernel, likelihood, (U, V), c, prior, q, Kmn = self._fitted(params, "elbo", X)
         locs, covs = [p[0] for p in q], [p[1] for p in q]
-        mean, var = map_rows(lambda Xs: self._marginals(prior, U, V, kernel, Xs, locs, covs), X)
+        if Kmn is not None:
+            mean, var = self._marginals(prior, U, V, kernel, X, locs, covs, Kmn)
+        else:
+            mean, var = map_rows(lambda Xs: self._marginals(prior, U, V, kernel, Xs, locs, covs), X)
         ve = likelihood.variational_expectation(y, mean + c, var, key=key) if likelihood.monte_carlo \
             else likelihood.variational_expectation(y, mean + c, var)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
@@ -463,18 +478,18 @@ class OrthogonallyDecoupledGP(GPModel):
             raise ValueError("give exactly one of params= (SVI) or samples= (MCMC)")
         X_new = self.feature.warn_outside(check_inputs(X_new, "X_new"), kernel=self.kernel)
         if params is not None:
-            kernel, likelihood, (U, V), c, prior, q = self._fitted(params, "predict")
-            m, v = self._marginals(prior, U, V, kernel, X_new, [p[0] for p in q], [p[1] for p in q])
+            kernel, likelihood, (U, V), c, prior, q, Kmn = self._fitted(params, "predict", X_new)
+            m, v = self._marginals(prior, U, V, kernel, X_new, [p[0] for p in q], [p[1] for p in q], Kmn)
             ym, yv = likelihood.predict_mean_and_var(m + c, v)
             return {"f_mean": m + c, "f_var": v, "y_mean": ym, "y_var": yv}
         L = self.num_latent_gps
 
         def one(values):
             kernel, likelihood, (U, V), c = self.components_from(values)
-            prior = self._prior(U, V, kernel)
+            prior, Kmn = self._prior(U, V, kernel, X_new)
             locs = [None if s is None else (values[s] if L == 1 else values[s].reshape(L, -1))
                     for s in self.sites]
-            m, v = self._marginals(prior, U, V, kernel, X_new, locs, None)
+            m, v = self._marginals(prior, U, V, kernel, X_new, locs, None, Kmn)
             ym, yv = likelihood.predict_mean_and_var(m + c, v)
             return m + c, v, ym, yv
 
