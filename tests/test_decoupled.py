@@ -365,6 +365,16 @@ def test_prediction_from_draws_is_the_dense_conditional_per_draw():
     np.testing.assert_allclose(out["f_var"], out["f_var_draws"].mean(0) + out["f_mean_draws"].var(0), atol=1e-12)
 
 
+def test_a_saved_fit_predicts_as_the_fit(tmp_path):
+    from ppl_sparsegp.fits import load_fit, save_fit
+    gp, X, y = _gp("hermite", q_cov_basis="diag")
+    params = _random_params(gp, X)
+    gp2, params2 = load_fit(save_fit(tmp_path / "fit.npz", gp, params))
+    assert isinstance(gp2, OrthogonallyDecoupledGP) and gp2.constructor_argument("q_cov_basis") == "diag"
+    a, b = gp2.predict(X, params=params2), gp.predict(X, params=params)
+    np.testing.assert_array_equal(a["f_var"], b["f_var"])
+
+
 @pytest.mark.parametrize("args, exc, words", [
     (dict(basis=None, orthogonal=None), ValueError, "both None"),
     (dict(basis="nope"), TypeError, "basis must be an InducingFeature"),
