@@ -41,6 +41,7 @@ from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__ve
 from .approximations import (
     CollapsedGP,
     GPModel,
+    OrthogonallyDecoupledGP,
     SparseGP,
     SparseSpectrumGP,
     block_diagonal_covariance,
@@ -108,7 +109,7 @@ __all__ = [
     # q families
     "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
     # approximations
-    "GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP",
+    "GPModel", "SparseGP", "OrthogonallyDecoupledGP", "CollapsedGP", "SparseSpectrumGP",
     # primitives for own models
     "spectral_gp", "inducing_prior", "inducing_guide", "marginal_spectral_gp", "choose_features", "refined_features",
     # reference functions

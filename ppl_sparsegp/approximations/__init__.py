@@ -7,6 +7,8 @@
 * :mod:`.collapsed`: :class:`CollapsedGP` (the Titsias bound, on data or on sufficient statistics) and the
   exact GP marginal likelihood;
 * :mod:`.spectrum`: :class:`SparseSpectrumGP` (random or learnt frequencies);
+* :mod:`.decoupled`: :class:`OrthogonallyDecoupledGP` (a cheap basis U and inducing points V for the
+  residual orthogonal to it; SOLVE-GP, Tiao et al. 2023);
 * :mod:`.primitives`: ``spectral_gp``, ``inducing_prior``, ``inducing_guide`` for people's own models;
 * :mod:`.marginal`: ``marginal_spectral_gp``, Gaussian observations with the inducing variables integrated out;
 * :mod:`.pilot`: ``choose_features``, the features of a user's model from a pilot fit to the data;
@@ -14,6 +16,7 @@
 """
 from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
+from .decoupled import OrthogonallyDecoupledGP
 from .map_estimate import map_lbfgs
 from .marginal import MarginalGaussian, marginal_spectral_gp
 from .pilot import choose_features
@@ -23,7 +26,7 @@ from .spectrum import SparseSpectrumGP
 from .spherical_fit import SphericalFit, fit_spherical
 from .variational import block_diagonal_covariance, diagonal_covariance, full_covariance, two_kronecker_covariance
 
-__all__ = ["GPModel", "SparseGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
+__all__ = ["GPModel", "SparseGP", "OrthogonallyDecoupledGP", "CollapsedGP", "SparseSpectrumGP", "collapsed_elbo",
            "exact_log_marginal_likelihood", "map_lbfgs", "spectral_gp", "inducing_prior", "inducing_guide",
            "marginal_spectral_gp", "MarginalGaussian", "choose_features",
            "fit_spherical", "SphericalFit",

@@ -190,9 +190,13 @@ def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, 
     return gamma
 
 def _sites(target):
-    """The q sites' prefixes: a SparseGP (``site``, ``num_latent_gps``) or a name / list of names."""
+    """The q sites' prefixes: an approximation's ``natural_gradient_sites()`` (several q's, e.g. both
+    parts of the orthogonally decoupled GP), a SparseGP (``site``, ``num_latent_gps``) or a name / list of
+    names."""
     if isinstance(target, str):
         return (target,)
+    if callable(getattr(target, "natural_gradient_sites", None)):
+        return tuple(target.natural_gradient_sites())
     if hasattr(target, "site") and hasattr(target, "num_latent_gps"):
         if target.num_latent_gps == 1:
             return (target.site,)
@@ -288,7 +292,9 @@ class NaturalGradient(NumPyroOptim):
         result = svi.run(key, 100, X, y)
 
     :param sites: the :class:`~ppl_sparsegp.SparseGP` whose guide SVI runs (its q sites: one, or one per
-        latent GP), or the inducing site name(s) of :func:`~ppl_sparsegp.inducing_guide` (e.g. ``"f_v"``).
+        latent GP), an approximation with ``natural_gradient_sites()`` (the
+        :class:`~ppl_sparsegp.OrthogonallyDecoupledGP`: both q's, stepped together), or the inducing site
+        name(s) of :func:`~ppl_sparsegp.inducing_guide` (e.g. ``"f_v"``).
     :param optim: a NumPyro optimiser for the other params (default ``Adam(0.01)``).
     :param gamma: the step size: a number in (0, 1] or a callable ``step -> γ`` (:func:`gamma_ramp`,
         :func:`gamma_schedule`). Default: 1 for a model with a Gaussian likelihood (one step reaches the
