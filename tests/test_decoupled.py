@@ -366,7 +366,7 @@ def test_prediction_from_draws_is_the_dense_conditional_per_draw():
 
 
 def test_a_saved_fit_predicts_as_the_fit(tmp_path):
-    from ppl_sparsegp.fits import load_fit, save_fit
+    from ppl_sparsegp.saving import load_fit, save_fit
     gp, X, y = _gp("hermite", q_cov_basis="diag")
     params = _random_params(gp, X)
     gp2, params2 = load_fit(save_fit(tmp_path / "fit.npz", gp, params))

@@ -349,7 +349,7 @@ class OrthogonallyDecoupledGP(GPModel):
             Xb = X if batch_size is None else X[idx]
         prior, Kmn = self._prior(U, V, kernel, Xb)
         locs = self._inducing(prior)
-        key = numpyro.prng_key() if (y is not None and likelihood.monte_carlo) else None
+        rng_key = numpyro.prng_key() if (y is not None and likelihood.monte_carlo) else None
         with data:
             if Kmn is not None:  # U's Kuf at the batch came with Kuv (one call)
                 mean, var = self._marginals(prior, U, V, kernel, Xb, locs, None, Kmn)
@@ -363,7 +363,7 @@ class OrthogonallyDecoupledGP(GPModel):
                 numpyro.sample("y", lik.dist(f))
             else:
                 yb = y if batch_size is None else y[idx]
-                ve = lik.variational_expectation(yb, mean, var, key=key) if lik.monte_carlo else \
+                ve = lik.variational_expectation(yb, mean, var, rng_key=rng_key) if lik.monte_carlo else \
                     lik.variational_expectation(yb, mean, var)
                 numpyro.factor("y", ve)
 
@@ -433,14 +433,14 @@ class OrthogonallyDecoupledGP(GPModel):
                 total = total + gaussian_kl(m, S, Identity(S.size, S.dtype) if self.whiten else K)
         return total
 
-    def elbo(self, params: dict, X, y, key=None, *, num_data: int | None = None):
+    def elbo(self, params: dict, X, y, rng_key=None, *, num_data: int | None = None):
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}` (:meth:`kl`) at SVI
-        params; exact for closed-form likelihoods, Gauss–Hermite otherwise, Monte Carlo with ``key`` for a
+        params; exact for closed-form likelihoods, Gauss–Hermite otherwise, Monte Carlo with ``rng_key`` for a
         Monte Carlo likelihood. With ``num_data`` = N, (X, y) is a minibatch scaled by N / len(X).
 
         :param params: ``svi_result.params`` of :meth:`guide`.
         :param X: inputs (N_b, D); ``y``: targets (N_b,).
-        :param key: PRNG key for a Monte Carlo likelihood (Softmax).
+        :param rng_key: PRNG key for a Monte Carlo likelihood (Softmax).
         :param num_data: the size of the data set (X, y) were drawn from, or None.
         :raises ValueError: for bad data, or ``params`` lacking a param of :meth:`guide`."""
         X, y = self._check_data(X, y, self.likelihood)
@@ -450,7 +450,7 @@ class OrthogonallyDecoupledGP(GPModel):
             mean, var = self._marginals(prior, U, V, kernel, X, locs, covs, Kmn)
         else:
             mean, var = map_rows(lambda Xs: self._marginals(prior, U, V, kernel, Xs, locs, covs), X)
-        ve = likelihood.variational_expectation(y, mean + c, var, key=key) if likelihood.monte_carlo \
+        ve = likelihood.variational_expectation(y, mean + c, var, rng_key=rng_key) if likelihood.monte_carlo \
             else likelihood.variational_expectation(y, mean + c, var)
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - self._kl(prior, q)
