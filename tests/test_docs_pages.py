@@ -96,15 +96,17 @@ def test_every_notebook_is_described_on_the_examples_page():
 
 
 def _page_env():
-    """The pages' environment: ``QUICK=1``, the CPU, this checkout first on the path; XLA as a reader has it,
-    but for the suite's single-threaded kernels (conftest.py: with XLA's intra-op Eigen pool the runtime can
-    wedge, every thread idle and the main one waiting on a result): one CPU device (the suite's forced host
-    devices would make the sharding page's collectives wait for a second device thread, which a loaded
-    machine can starve past XLA's timeout) and the default optimisation level."""
+    """The pages' environment: ``QUICK=1``, the CPU, this checkout first on the path, the suite's XLA flags
+    (conftest.py: compiled for speed of compilation, as every fast test; the pages take 98 s so, against
+    178 s at XLA's default optimisation level, measured on 2 cores) but one CPU device (the suite's forced
+    host devices would make the sharding page's collectives wait for a second device thread, which a loaded
+    machine can starve past XLA's timeout). The pages once ran at the default level because a wedge met at
+    -O0 was blamed on it; that wedge was batched LAPACK kernels waiting on XLA's pool, at any level
+    (diagnostics.inference_data._map_draws)."""
     env = {**os.environ, "QUICK": "1", "JAX_PLATFORMS": "cpu", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("NOTEBOOK_OUT", None)
-    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+|--xla_backend_optimization_level=\d+",
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+",
                               "", env.get("XLA_FLAGS", "")).strip()
     return env
 
