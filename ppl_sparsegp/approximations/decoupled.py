@@ -217,7 +217,7 @@ class OrthogonallyDecoupledGP(GPModel):
     # --- sites --------------------------------------------------------------------------------------
     @property
     def sites(self) -> tuple:
-        """The inducing sites present: (basis site, orthogonal site), None for an absent part."""
+        """The inducing sites present, as (basis site, orthogonal site); None for an absent part."""
         suffix = "v" if self.whiten else "u"
         return (None if self.basis is None else f"{self.name}_basis_{suffix}",
                 None if self.orthogonal is None else f"{self.name}_orthogonal_{suffix}")

@@ -74,9 +74,9 @@ References:
     1. Hensman, Fusi, Lawrence (2013), Gaussian processes for big data, UAI.
     2. Salimbeni, Eleftheriadis, Hensman (2018), Natural gradients in practice: non-conjugate
        variational inference in Gaussian process models, AISTATS.
-    5. Khan, Lin (2017), Conjugate-computation variational inference: converting variational inference
+    3. Khan, Lin (2017), Conjugate-computation variational inference: converting variational inference
        in non-conjugate models to inferences in conjugate models, AISTATS.
-    6. Wainwright, Jordan (2008), Graphical models, exponential families, and variational inference,
+    4. Wainwright, Jordan (2008), Graphical models, exponential families, and variational inference,
        Found. Trends Mach. Learn. 1 (mean-field updates as coordinate ascent, ch. 5).
 """
 from __future__ import annotations
