@@ -1,0 +1,541 @@
+r"""Argument checks declared beside the signature: one mechanism for every public callable.
+
+A public function declares what each option may be in its type hints, as :data:`typing.Annotated`
+metadata, and :func:`validated` checks every argument given against them before the body runs::
+
+    @validated
+    def choose_features(model, *args, refine: Annotated[int, NonNegativeInt()] = 2,
+                        quantile: Annotated[float, Real(0, 0.5, low_open=True, high_open=True)] = 0.05, ...):
+
+The vocabulary (each a :class:`Check`): :class:`Integer` (:func:`PositiveInt`, :func:`NonNegativeInt`),
+:class:`Real` (an interval with open or closed ends, finite; :func:`Probability`), :class:`OneOf` (one of a
+set of strings), :class:`Boolean`, :class:`ArrayOf` (rank, trailing shape, finite values),
+:class:`IsCallable`, :class:`Key` (a PRNG key or an int seed), :class:`InstanceOf`, :class:`Optional`
+(None allowed) and :class:`AnyOf` (the first that fits). A refused argument raises
+:class:`InvalidArgument` (a ``ValueError``) or, for a wrong type, :class:`WrongArgumentType` (a
+``TypeError`` and a ``ValueError``); the message names the function, the parameter, what it got, what
+is allowed and the fix (the default as an example). An unknown keyword is refused by name with the
+closest valid one (:func:`difflib.get_close_matches`); a function that forwards ``**kwargs`` to a user's
+model (``validated(forwards_to="model")``) refuses a keyword that is neither its own option nor a
+parameter of that model, saying which it is not.
+
+The declarations are read once per function (the hints resolved in its module; ``from __future__ import
+annotations`` is fine) and listed by :func:`declared`: ``tests/test_validation.py`` enumerates every
+public callable and fails for a public parameter with neither a declaration nor a reasoned exemption, and
+generates each declaration's bad inputs (:meth:`Check.bad_values`), so a new declaration brings its own
+test rows. The decorator also appends a "Checked arguments" line to the docstring, so the API reference
+shows the declared ranges (the site renders no type hints: ``autodoc_typehints = "none"``).
+
+Traced values (inside ``jit``/``grad``) are not judged: the checks are for the options a user passes.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import math
+import typing
+
+import numpy as np
+
+__all__ = ["validated", "declared", "check_argument", "Check", "Integer", "PositiveInt", "NonNegativeInt", "Real",
+           "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "Optional", "AnyOf",
+           "InvalidArgument", "WrongArgumentType"]
+
+
+class InvalidArgument(ValueError):
+    """An argument outside what its parameter declares (the message names the function, the parameter,
+    the value, what is allowed and the fix)."""
+
+
+class WrongArgumentType(InvalidArgument, TypeError):
+    """An argument of the wrong type (a ``TypeError``; also a ``ValueError``, as the checks it replaces
+    raised)."""
+
+
+def _is_traced(value) -> bool:
+    try:
+        import jax
+        return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(value))
+    except Exception:  # pragma: no cover - jax is a dependency; a value jax cannot walk is not traced
+        return False
+
+
+class Check:
+    """One declared constraint. ``problem(value)`` returns None when the value is allowed, else
+    ``(exception class, what is wrong)``; ``allowed`` says what is allowed (for messages and docs);
+    ``bad_values()`` lists values the check must refuse (the generated test rows); ``example()`` a value it
+    accepts (used to fill the other parameters of a generated call)."""
+
+    allowed = "a value"
+
+    def problem(self, value):  # pragma: no cover - every check overrides it
+        raise NotImplementedError
+
+    def bad_values(self) -> list:
+        return []
+
+    def example(self):
+        return None
+
+    def __repr__(self):
+        return self.allowed
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _real(value):
+    """value as a float, or None for something that is not one real number."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        return None
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        return None
+    if arr.shape != () or arr.dtype.kind not in "iuf":
+        return None
+    return float(arr)
+
+
+class Integer(Check):
+    """An integer (``int`` or a NumPy integer; not a bool, not a float) in ``[low, high]`` (either None:
+    unbounded)."""
+
+    def __init__(self, low: int | None = None, high: int | None = None):
+        self.low, self.high = low, high
+        bounds = ("≥ %d" % low if low is not None else "") + (" and " if low is not None and high is not None
+                                                               else "") + ("≤ %d" % high if high is not None else "")
+        self.allowed = "an integer" + (f" {bounds}" if bounds else "")
+
+    def problem(self, value):
+        if not _is_int(value):
+            return WrongArgumentType, f"not an integer ({type(value).__name__})"
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            return InvalidArgument, "out of range"
+        return None
+
+    def bad_values(self):
+        out = [1.5, "2", True, None, math.nan]
+        out += [self.low - 1] if self.low is not None else []
+        out += [self.high + 1] if self.high is not None else []
+        return out
+
+    def example(self):
+        return self.low if self.low is not None else (self.high if self.high is not None else 1)
+
+
+def PositiveInt() -> Integer:  # noqa: N802 - read as a type in the hints
+    """An integer ≥ 1 (a count of steps, starts, features)."""
+    return Integer(1)
+
+
+def NonNegativeInt() -> Integer:  # noqa: N802
+    """An integer ≥ 0."""
+    return Integer(0)
+
+
+class Real(Check):
+    """A finite real number in an interval: ``low``/``high`` (None: unbounded), ``low_open``/``high_open``
+    for open ends. Ints are accepted (as numbers), bools and strings are not."""
+
+    def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                 high_open: bool = False):
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+        if low is None and high is None:
+            self.allowed = "a finite number"
+        elif high is None:
+            self.allowed = f"a finite number {'>' if low_open else '≥'} {low:g}"
+        elif low is None:
+            self.allowed = f"a finite number {'<' if high_open else '≤'} {high:g}"
+        else:
+            self.allowed = (f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
+
+    def problem(self, value):
+        x = _real(value)
+        if x is None:
+            return WrongArgumentType, f"not a real number ({type(value).__name__})"
+        if not math.isfinite(x):
+            return InvalidArgument, "not finite"
+        below = self.low is not None and (x < self.low or (self.low_open and x == self.low))
+        above = self.high is not None and (x > self.high or (self.high_open and x == self.high))
+        if below or above:
+            return InvalidArgument, "out of range"
+        return None
+
+    def bad_values(self):
+        out = [math.nan, math.inf, -math.inf, "0.1", None, True]
+        for end, is_open, step in ((self.low, self.low_open, -1), (self.high, self.high_open, 1)):
+            if end is not None:
+                out += [end + step * max(1.0, abs(end))] + ([end] if is_open else [])
+        if self.high is None:
+            out += []  # huge values are allowed where no upper end is declared
+        return out
+
+    def example(self):
+        if self.low is not None and self.high is not None:
+            return 0.5 * (self.low + self.high)
+        if self.low is not None:
+            return self.low + 1.0
+        return 0.0 if self.high is None else self.high - 1.0
+
+
+def Probability() -> Real:  # noqa: N802
+    """A number in [0, 1]."""
+    return Real(0.0, 1.0)
+
+
+class OneOf(Check):
+    """One of a set of strings (the closest one is suggested for a misspelling)."""
+
+    def __init__(self, *choices: str):
+        self.choices = tuple(choices)
+        self.allowed = "one of " + ", ".join(repr(c) for c in self.choices)
+
+    def problem(self, value):
+        if not isinstance(value, str):
+            return WrongArgumentType, f"not a string ({type(value).__name__})"
+        if value not in self.choices:
+            close = difflib.get_close_matches(value, self.choices, n=1)
+            return InvalidArgument, "not one of them" + (f" (did you mean {close[0]!r}?)" if close else "")
+        return None
+
+    def bad_values(self):
+        return ["no such choice", 3, None]
+
+    def example(self):
+        return self.choices[0]
+
+
+class Boolean(Check):
+    """``True`` or ``False`` (a NumPy bool too; not 0/1, not a string)."""
+
+    allowed = "True or False"
+
+    def problem(self, value):
+        return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"a {type(value).__name__}")
+
+    def bad_values(self):
+        return ["yes", 2, None]
+
+    def example(self):
+        return True
+
+
+class ArrayOf(Check):
+    """An array (anything ``numpy.asarray`` reads as numbers) of ``rank`` (an int or a tuple of allowed
+    ranks; None: any), trailing ``shape`` (a tuple, None for any size on an axis), with finite values
+    (``finite=True``). A traced array is checked for its rank only."""
+
+    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True):
+        self.rank = (rank,) if isinstance(rank, int) else rank
+        self.shape, self.finite = shape, finite
+        ranks = "" if self.rank is None else " of rank " + " or ".join(map(str, self.rank))
+        trail = "" if shape is None else " with shape (…, " + ", ".join("any" if s is None else str(s)
+                                                                       for s in shape) + ")"
+        self.allowed = f"an array{ranks}{trail}" + (" of finite numbers" if finite else " of numbers")
+
+    def problem(self, value):
+        if isinstance(value, (str, bytes, dict)) or value is None:
+            return WrongArgumentType, f"a {type(value).__name__}"
+        traced = _is_traced(value)
+        shape = tuple(np.shape(value)) if traced else None
+        if not traced:
+            try:
+                arr = np.asarray(value)
+            except Exception:
+                return WrongArgumentType, f"a {type(value).__name__} that is not an array"
+            if arr.dtype.kind not in "biufc":
+                return WrongArgumentType, f"an array of {arr.dtype} (not numbers)"
+            shape = arr.shape
+        if self.rank is not None and len(shape) not in self.rank:
+            return InvalidArgument, f"rank {len(shape)} (shape {shape})"
+        if self.shape is not None:
+            tail = shape[len(shape) - len(self.shape):] if len(shape) >= len(self.shape) else None
+            if tail is None or any(s is not None and s != t for s, t in zip(self.shape, tail)):
+                return InvalidArgument, f"shape {shape}"
+        if self.finite and not traced and arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+            return InvalidArgument, "NaN or inf in it"
+        return None
+
+    def _good_shape(self):
+        rank = 1 if self.rank is None else self.rank[0]
+        shape = [3] * rank
+        if self.shape is not None and rank >= len(self.shape):
+            shape[rank - len(self.shape):] = [3 if s is None else s for s in self.shape]
+        return tuple(shape)
+
+    def bad_values(self):
+        good = self._good_shape()
+        out = ["an array", None]
+        if self.finite:
+            out += [np.full(good, np.nan), np.full(good, np.inf)]
+        if self.rank is not None:
+            out.append(np.ones((2,) * (max(self.rank) + 1)))
+        return out
+
+    def example(self):
+        return np.ones(self._good_shape())
+
+
+class IsCallable(Check):
+    """A callable (a function, a model, a schedule)."""
+
+    allowed = "a callable"
+
+    def problem(self, value):
+        return None if callable(value) else (WrongArgumentType, f"a {type(value).__name__}")
+
+    def bad_values(self):
+        return [3, "f"]
+
+    def example(self):
+        return lambda *a, **k: None
+
+
+class Key(Check):
+    """A JAX PRNG key (``jax.random.PRNGKey(0)``, shape (2,) uint32, or a typed key) or an int seed."""
+
+    allowed = "a PRNG key (jax.random.PRNGKey(seed)) or an integer seed"
+
+    def problem(self, value):
+        if _is_int(value):
+            return None
+        import jax
+        if _is_traced(value):
+            return None
+        if isinstance(value, (jax.Array, np.ndarray)):
+            if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key) and value.ndim == 0:
+                return None
+            if value.dtype == np.uint32 and value.shape == (2,):
+                return None
+            return InvalidArgument, f"an array of {value.dtype} and shape {value.shape}"
+        return WrongArgumentType, f"a {type(value).__name__}"
+
+    def bad_values(self):
+        return [1.5, "0", np.zeros(3)]
+
+    def example(self):
+        return 0
+
+
+class InstanceOf(Check):
+    """An instance of one of ``classes`` (a class, or a dotted path ``"ppl_sparsegp.kernels.Kernel"`` read
+    when first checked, for a class of a higher floor); ``what`` names it in messages."""
+
+    def __init__(self, *classes, what: str | None = None):
+        self._classes = classes
+        self.allowed = what or "a " + " or ".join(c if isinstance(c, str) else c.__name__ for c in classes)
+
+    @property
+    def classes(self) -> tuple:
+        import importlib
+        out = []
+        for c in self._classes:
+            if isinstance(c, str):
+                module, _, name = c.rpartition(".")
+                c = getattr(importlib.import_module(module), name)
+            out.append(c)
+        return tuple(out)
+
+    def problem(self, value):
+        return None if isinstance(value, self.classes) else (WrongArgumentType, f"a {type(value).__name__}")
+
+    def bad_values(self):
+        return [3, "x"]
+
+
+class Optional(Check):
+    """None, or what ``check`` allows."""
+
+    def __init__(self, check: Check):
+        self.check = check
+        self.allowed = f"None or {check.allowed}"
+
+    def problem(self, value):
+        return None if value is None else self.check.problem(value)
+
+    def bad_values(self):
+        return [v for v in self.check.bad_values() if v is not None]
+
+    def example(self):
+        return None
+
+
+class AnyOf(Check):
+    """What any of ``checks`` allows (the message of the first is given when none does)."""
+
+    def __init__(self, *checks: Check):
+        self.checks = checks
+        self.allowed = " or ".join(c.allowed for c in checks)
+
+    def problem(self, value):
+        problems = [c.problem(value) for c in self.checks]
+        if any(p is None for p in problems):
+            return None
+        kinds = [p[0] for p in problems]
+        return (InvalidArgument if InvalidArgument in kinds else WrongArgumentType), problems[0][1]
+
+    def bad_values(self):
+        bad = [v for c in self.checks for v in c.bad_values()]
+        return [v for v in bad if all(c.problem(v) is not None for c in self.checks)]
+
+    def example(self):
+        return self.checks[0].example()
+
+
+# --------------------------------------------------------------------------------------------------
+# the decorator
+# --------------------------------------------------------------------------------------------------
+def _display_name(fn) -> str:
+    qual = fn.__qualname__.replace(".<locals>", "")
+    return qual[:-len(".__init__")] if qual.endswith(".__init__") else qual
+
+
+def _short(value) -> str:
+    text = repr(value)
+    if isinstance(value, np.ndarray) or hasattr(value, "shape") and not np.isscalar(value):
+        text = f"an array of shape {tuple(np.shape(value))}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _read_declarations(fn) -> dict:
+    """{parameter: Check} from the function's ``Annotated`` hints (each resolved on its own: a hint that
+    does not resolve is not a declaration)."""
+    out = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        hint = param.annotation
+        if hint is inspect.Parameter.empty:
+            continue
+        if isinstance(hint, str):
+            try:
+                hint = eval(hint, {**fn.__globals__, "Annotated": typing.Annotated})  # noqa: S307 - own source
+            except Exception:
+                continue
+        if typing.get_origin(hint) is typing.Annotated:
+            checks = [m for m in hint.__metadata__ if isinstance(m, Check)]
+            if checks:
+                out[name] = checks[0] if len(checks) == 1 else AnyOf(*checks)
+    return out
+
+
+def declared(fn) -> dict:
+    """``{parameter: Check}`` declared on a :func:`validated` callable (a class: its ``__init__``); ``{}``
+    for one that is not."""
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    target = getattr(target, "__func__", target)
+    return dict(getattr(target, "__validated__", {}))
+
+
+def check_argument(where: str, name: str, value, check: Check, default=inspect.Parameter.empty):
+    """Raise the declared check's error for ``value`` of parameter ``name`` of ``where`` (None: allowed).
+    Public so that an argument read later (a header field, an option of a nested call) is judged by the
+    same words."""
+    if _is_traced(value) and not isinstance(check, ArrayOf):
+        return
+    found = check.problem(value)
+    if found is None:
+        return
+    kind, why = found
+    example = ("" if default is inspect.Parameter.empty or default is None
+               else f", e.g. {name}={default!r} (the default)")
+    raise kind(f"{where}: {name} must be {check.allowed}, got {_short(value)} ({why}); pass {check.allowed}"
+               f"{example}")
+
+
+def _unknown_keyword(where, name, options, forwards, model):
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}=?" if close else f"; its options: {', '.join(options)}"
+    if forwards is None:
+        return WrongArgumentType(f"{where}: unknown option {name}={hint}")
+    return WrongArgumentType(f"{where}: {name}= is neither an option of {where}{hint} — nor a parameter of the model "
+                             f"{getattr(model, '__name__', type(model).__name__)}{_signature(model)}, to which "
+                             f"{where} forwards the keywords it does not know")
+
+
+def _signature(fn) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _forwarded_ok(model, names) -> list:
+    """The keywords among ``names`` that the model cannot take (none when its signature cannot be read or
+    it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(model).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    takes = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [n for n in names if n not in takes]
+
+
+def _with_doc_line(doc, where, checks) -> str:
+    """The docstring with the "Checked arguments" paragraph appended at its own indentation."""
+    lines = doc.expandtabs().splitlines()[1:]
+    indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
+    items = "; ".join(f"``{n}``: {c.allowed}" for n, c in checks.items())
+    return (doc.rstrip() + "\n\n" + " " * indent + "Checked arguments (:func:`~ppl_sparsegp.validation.validated`; an "
+            f"argument outside its range raises :class:`~ppl_sparsegp.validation.InvalidArgument`): {items}.\n")
+
+
+def validated(fn=None, *, forwards_to: str | None = None):
+    """Check the arguments of ``fn`` against the ``Annotated`` declarations in its hints before it runs
+    (module docstring). Use as ``@validated`` or ``@validated(forwards_to="model")`` for a function
+    whose ``**kwargs`` go to the callable given as its parameter ``forwards_to``.
+
+    :param fn: the function or method (decorate a class's ``__init__`` for its constructor).
+    :param forwards_to: the parameter holding the callable that receives the unknown keywords.
+    :returns: the wrapped function, with ``__validated__`` (the declarations) and the docstring's
+        "Checked arguments" line.
+    :raises InvalidArgument: (at call time) for an argument outside its declaration;
+        :class:`WrongArgumentType` for a wrong type or an unknown keyword.
+    """
+    if fn is None:
+        return functools.partial(validated, forwards_to=forwards_to)
+    if inspect.isclass(fn):
+        return _validated_class(fn, forwards_to)
+    signature = inspect.signature(fn)
+    params = signature.parameters
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    options = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+               and n not in ("self", "cls")]
+    where = _display_name(fn)
+    declarations = _read_declarations(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        unknown = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+        if unknown and not var_kw:
+            raise _unknown_keyword(where, unknown[0], options, None, None)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:
+            raise WrongArgumentType(f"{where}{signature}: {err}") from None
+        if unknown and forwards_to is not None:
+            model = bound.arguments.get(forwards_to)
+            refused = _forwarded_ok(model, unknown) if callable(model) else []
+            if refused:
+                raise _unknown_keyword(where, refused[0], options, forwards_to, model)
+        for name, check in declarations.items():
+            if name in bound.arguments:
+                check_argument(where, name, bound.arguments[name], check, params[name].default)
+        return fn(*args, **kwargs)
+
+    wrapper.__validated__ = declarations
+    if wrapper.__validated__ and fn.__doc__:
+        wrapper.__doc__ = _with_doc_line(fn.__doc__, where, wrapper.__validated__)
+    return wrapper
+
+
+def _validated_class(cls, forwards_to):
+    """``@validated`` on a class: its ``__init__`` checked, the line in the class docstring."""
+    init = validated(cls.__init__, forwards_to=forwards_to)
+    cls.__init__ = init
+    if init.__validated__ and cls.__doc__:
+        cls.__doc__ = _with_doc_line(cls.__doc__, cls.__name__, init.__validated__)
+    return cls
