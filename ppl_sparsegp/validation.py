@@ -10,7 +10,7 @@ metadata, and :func:`validated` checks every argument given against them before 
 The vocabulary (each a :class:`Check`): :class:`Integer` (:func:`PositiveInt`, :func:`NonNegativeInt`),
 :class:`Real` (an interval with open or closed ends, finite; :func:`Probability`), :class:`OneOf` (one of a
 set of strings), :class:`Boolean`, :class:`ArrayOf` (rank, trailing shape, finite values),
-:class:`IsCallable`, :class:`Key` (a PRNG key or an int seed), :class:`InstanceOf`, :class:`Optional`
+:class:`IsCallable`, :class:`Key` (a PRNG key or an int seed), :class:`InstanceOf`, :class:`OrNone`
 (None allowed) and :class:`AnyOf` (the first that fits). A refused argument raises
 :class:`InvalidArgument` (a ``ValueError``) or, for a wrong type, :class:`WrongArgumentType` (a
 ``TypeError`` and a ``ValueError``); the message names the function, the parameter, what it got, what
@@ -39,8 +39,9 @@ import typing
 import numpy as np
 
 __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "PositiveInt", "NonNegativeInt", "Real",
-           "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "Optional", "AnyOf",
-           "InvalidArgument", "WrongArgumentType"]
+           "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "OrNone", "AnyOf",
+           "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
+           "NonNegative", "Count", "MaybeCount", "Flag", "Inputs", "RngKey", "AKernel"]
 
 
 class InvalidArgument(ValueError):
@@ -68,6 +69,8 @@ class Check:
     accepts (used to fill the other parameters of a generated call)."""
 
     allowed = "a value"
+    #: the fix to name after what is allowed (set with :func:`with_fix`); None: "pass <allowed>"
+    fix = None
 
     def problem(self, value):  # pragma: no cover - every check overrides it
         raise NotImplementedError
@@ -279,6 +282,25 @@ class ArrayOf(Check):
         return np.ones(self._good_shape())
 
 
+class Names(Check):
+    """A string, or a non-empty list or tuple of strings (site names)."""
+
+    allowed = "a string or a non-empty list of strings"
+
+    def problem(self, value):
+        if isinstance(value, str):
+            return None
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            return None
+        return WrongArgumentType, f"a {type(value).__name__}"
+
+    def bad_values(self):
+        return [3, [], [1, 2], None]
+
+    def example(self):
+        return "f_v"
+
+
 class IsCallable(Check):
     """A callable (a function, a model, a schedule)."""
 
@@ -346,7 +368,7 @@ class InstanceOf(Check):
         return [3, "x"]
 
 
-class Optional(Check):
+class OrNone(Check):
     """None, or what ``check`` allows."""
 
     def __init__(self, check: Check):
@@ -395,6 +417,8 @@ def _display_name(fn) -> str:
 
 def _short(value) -> str:
     text = repr(value)
+    if text.startswith("<") and " at 0x" in text:  # the default repr: the type says it
+        text = f"a {type(value).__name__}"
     if isinstance(value, np.ndarray) or hasattr(value, "shape") and not np.isscalar(value):
         text = f"an array of shape {tuple(np.shape(value))}"
     return text if len(text) <= 80 else text[:77] + "..."
@@ -438,10 +462,19 @@ def check_argument(where: str, name: str, value, check: Check, default=inspect.P
     if found is None:
         return
     kind, why = found
+    shown = f"{default:.6g}" if isinstance(default, float) else repr(default)
     example = ("" if default is inspect.Parameter.empty or default is None
-               else f", e.g. {name}={default!r} (the default)")
-    raise kind(f"{where}: {name} must be {check.allowed}, got {_short(value)} ({why}); pass {check.allowed}"
-               f"{example}")
+               else f", e.g. {name}={shown} (the default)")
+    fix = check.fix or f"pass {check.allowed}{example}"
+    shown_value = _short(value)
+    why = "" if why == shown_value else f" ({why})"
+    raise kind(f"{where}: {name} must be {check.allowed}, got {shown_value}{why}; {fix}")
+
+
+def with_fix(check: Check, fix: str) -> Check:
+    """``check`` with its own fix for the message (e.g. the function to use instead)."""
+    check.fix = fix
+    return check
 
 
 def _unknown_keyword(where, name, options, forwards, model):
@@ -539,3 +572,16 @@ def _validated_class(cls, forwards_to):
     if init.__validated__ and cls.__doc__:
         cls.__doc__ = _with_doc_line(cls.__doc__, cls.__name__, init.__validated__)
     return cls
+
+
+#: the options most signatures share, as hints (``tolerance: Tolerance = 0.01``)
+Tolerance = typing.Annotated[float, Real(0.0, 1.0, low_open=True, high_open=True)]
+Positive = typing.Annotated[float, Real(0.0, None, low_open=True)]
+NonNegative = typing.Annotated[float, Real(0.0, None)]
+Count = typing.Annotated[int, Integer(1)]
+MaybeCount = typing.Annotated[typing.Optional[int], OrNone(Integer(1))]  # noqa: UP045 - Optional is ours
+Flag = typing.Annotated[bool, Boolean()]
+Inputs = typing.Annotated[typing.Any, ArrayOf(rank=(1, 2))]
+RngKey = typing.Annotated[typing.Any, Key()]
+AKernel = typing.Annotated[typing.Any, InstanceOf("ppl_sparsegp.kernels.base.Kernel",
+                                                  what="a kernel (e.g. Matern32(1.0, 0.3))")]

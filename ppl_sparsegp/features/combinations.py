@@ -30,6 +30,7 @@ from ..covariances import Kuf, Kuu
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
@@ -53,7 +54,8 @@ class _PerDimension(InducingFeature):
         """Every dimension's feature refined (:meth:`FourierFeatures.refined`)."""
         return type(self)([f.refined() for f in self.features])
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """Every dimension's feature resized for its kernel (``kernel.kernels[d]``, input column d) at the
         per-dimension tolerance of :meth:`from_data` (``dimension_tolerance``); None unless every dimension
         has a rule (:meth:`~ppl_sparsegp.features.InducingFeature.resized`). Each dimension's search stops

@@ -82,6 +82,7 @@ from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import is_concrete
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, check_feature_cap, constant_kuf
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
@@ -183,7 +184,8 @@ class FourierFeatures(InducingFeature):
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """The same box with the fewest frequencies resolving ``kernel``
         (:meth:`~ppl_sparsegp.features.InducingFeature.resized`): for a Matérn kernel
         :func:`frequencies_needed` at its (shortest) lengthscale, :meth:`from_data`'s rule; for the

@@ -33,6 +33,7 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential
 from ..linalg import Identity
 from ..parameters import Param, is_concrete
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from ._vof import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 from .base import InducingFeature
 
@@ -126,7 +127,8 @@ class HermiteFeatures(InducingFeature):
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
             return type(self)(2 * self.M, self.input_scale, self.centre)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s M at ``kernel``'s lengthscale, keeping the input scale and centre
         (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at ``max_features``, at
         most 4096); None for a kernel other than the squared exponential or an input scale or centre that

@@ -111,6 +111,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
 from ..linalg import Diagonal
 from ..parameters import Param, is_concrete
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, constant_kuf
 from .spherical_harmonics import (
     MAX_HARMONICS_PER_DEGREE,
@@ -276,7 +277,8 @@ class SphericalHarmonicFeatures(InducingFeature):
         return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box,
                           vanishing=self.vanishing)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s degree for the concrete zonal kernel (a ChordalMatern's chordal lengthscale as
         given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; at most
         ``max_features`` features); None for a kernel that is not zonal."""

@@ -62,6 +62,7 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from ._vof import (
     INV_SQRT_2PI,
     check_num_features,
@@ -198,7 +199,8 @@ class TrigonometricFeatures(InducingFeature):
                               num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
                               centre=self.centre)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s rule at ``kernel``'s lengthscale (band and M), keeping the centre, basis and
         estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at
         ``max_features``, at most 2048); None for a kernel that is not stationary or a band or centre that
