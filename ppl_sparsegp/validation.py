@@ -217,7 +217,7 @@ class Boolean(Check):
     allowed = "True or False"
 
     def problem(self, value):
-        return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"a {type(value).__name__}")
+        return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
         return ["yes", 2, None]
@@ -241,14 +241,14 @@ class ArrayOf(Check):
 
     def problem(self, value):
         if isinstance(value, (str, bytes, dict)) or value is None:
-            return WrongArgumentType, f"a {type(value).__name__}"
+            return WrongArgumentType, f"of type {type(value).__name__}"
         traced = _is_traced(value)
         shape = tuple(np.shape(value)) if traced else None
         if not traced:
             try:
                 arr = np.asarray(value)
             except Exception:
-                return WrongArgumentType, f"a {type(value).__name__} that is not an array"
+                return WrongArgumentType, f"of type {type(value).__name__}, not an array"
             if arr.dtype.kind not in "biufc":
                 return WrongArgumentType, f"an array of {arr.dtype} (not numbers)"
             shape = arr.shape
@@ -292,7 +292,7 @@ class Names(Check):
             return None
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
             return None
-        return WrongArgumentType, f"a {type(value).__name__}"
+        return WrongArgumentType, f"of type {type(value).__name__}"
 
     def bad_values(self):
         return [3, [], [1, 2], None]
@@ -307,7 +307,7 @@ class IsCallable(Check):
     allowed = "a callable"
 
     def problem(self, value):
-        return None if callable(value) else (WrongArgumentType, f"a {type(value).__name__}")
+        return None if callable(value) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
         return [3, "f"]
@@ -333,7 +333,7 @@ class Key(Check):
             if value.dtype == np.uint32 and value.shape == (2,):
                 return None
             return InvalidArgument, f"an array of {value.dtype} and shape {value.shape}"
-        return WrongArgumentType, f"a {type(value).__name__}"
+        return WrongArgumentType, f"of type {type(value).__name__}"
 
     def bad_values(self):
         return [1.5, "0", np.zeros(3)]
@@ -362,7 +362,7 @@ class InstanceOf(Check):
         return tuple(out)
 
     def problem(self, value):
-        return None if isinstance(value, self.classes) else (WrongArgumentType, f"a {type(value).__name__}")
+        return None if isinstance(value, self.classes) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
         return [3, "x"]
@@ -418,7 +418,7 @@ def _display_name(fn) -> str:
 def _short(value) -> str:
     text = repr(value)
     if text.startswith("<") and " at 0x" in text:  # the default repr: the type says it
-        text = f"a {type(value).__name__}"
+        text = f"of type {type(value).__name__}"
     if isinstance(value, np.ndarray) or hasattr(value, "shape") and not np.isscalar(value):
         text = f"an array of shape {tuple(np.shape(value))}"
     return text if len(text) <= 80 else text[:77] + "..."

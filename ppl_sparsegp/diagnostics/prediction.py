@@ -38,6 +38,31 @@ def _thin(draws: dict, max_draws: int | None) -> dict:
     return {k: v[idx] for k, v in draws.items()}
 
 
+def check_draw_counts(draws: dict, who: str) -> dict:
+    """``draws`` unchanged, refused (naming the fix) when the sites hold different numbers of draws on their
+    first axis (ragged: draws of different fits, or thinned apart)."""
+    counts = {k: int(np.shape(v)[0]) if np.ndim(v) else 0 for k, v in draws.items()}
+    if len(set(counts.values())) > 1 or 0 in counts.values():
+        raise ValueError(f"{who}: samples has ragged draws: every site needs the same number (≥ 1) of draws on its "
+                         f"first axis, got {counts}; pass mcmc.get_samples() (chains merged) of one fit")
+    return draws
+
+
+def check_chain_grouping(draws: dict, shapes: dict, who: str):
+    """Refuse draws grouped by chain, ``(chains, draws, ...)``: a site whose draws have one axis more than its
+    shape ``shapes[site]`` (the prior's) with the site's shape after the first two."""
+    for k, shape in shapes.items():
+        if k not in draws:
+            continue
+        got = tuple(np.shape(draws[k])[1:])
+        if got != tuple(shape) and got[1:] == tuple(shape):
+            dims = "".join(f", {n}" for n in shape)
+            raise ValueError(f"{who}: samples[{k!r}] has shape {tuple(np.shape(draws[k]))}, i.e. (chains, draws"
+                             f"{dims}) for a site of shape {tuple(shape)}: "
+                             "draws grouped by chain; pass mcmc.get_samples() (group_by_chain=False) or the "
+                             "InferenceData (its chains are merged)")
+
+
 def svi_params(idata) -> dict | None:
     """The optimised SVI parameters stored by :func:`~ppl_sparsegp.diagnostics.from_svi` (``None`` for an
     MCMC result).

@@ -39,7 +39,7 @@ from numpyro.infer.util import log_density
 
 from ..features.base import refined_features
 from ._arviz import az
-from .prediction import _thin, posterior_samples
+from .prediction import _thin, check_chain_grouping, posterior_samples
 from .traces import model_trace
 
 __all__ = ["refinement_check"]
@@ -117,7 +117,11 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         raise ValueError(f"threshold must be a positive number of posterior sd, got {threshold!r}")
     if hasattr(samples, "posterior"):
         samples = posterior_samples(samples)
-    flat = _thin(_check_draws(samples, max_draws), max_draws)
+    draws = _check_draws(samples, max_draws)
+    flat = _thin(draws, max_draws)
+    prior_trace = model_trace(model, {}, args, kwargs)  # the sites' own shapes: chain-grouped draws differ
+    check_chain_grouping(flat, {n: jnp.shape(t["value"]) for n, t in prior_trace.items()
+                                if t["type"] == "sample" and not t["is_observed"]}, "refinement_check")
     first = {k: v[0] for k, v in flat.items()}
     base_trace = model_trace(model, first, args, kwargs)
     inducing = {n for n, site in base_trace.items()  # spectral_gp's inducing sites: their size follows the features
@@ -141,7 +145,8 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
              and int(np.prod(shape, dtype=int)) <= MAX_HYPER_SIZE and refined_latent.get(n) == shape]
     moments = _moments(flat, hyper)
     result = {"k_hat": None, "ess": None, "shift_is": {}, "shift_refit": {}, "refit_mean": {},
-              "features": _describe(gps, _features(refined_trace))}
+              "features": _describe(gps, _features(refined_trace)),
+              "num_draws": int(next(iter(draws.values())).shape[0])}
 
     if base_latent == refined_latent and all(n in flat for n in base_latent):
         draws = {n: flat[n] for n in base_latent}
