@@ -418,7 +418,7 @@ def _display_name(fn) -> str:
 def _short(value) -> str:
     text = repr(value)
     if text.startswith("<") and " at 0x" in text:  # the default repr: the type says it
-        text = f"of type {type(value).__name__}"
+        text = f"a {type(value).__name__}"
     if isinstance(value, np.ndarray) or hasattr(value, "shape") and not np.isscalar(value):
         text = f"an array of shape {tuple(np.shape(value))}"
     return text if len(text) <= 80 else text[:77] + "..."
@@ -467,7 +467,7 @@ def check_argument(where: str, name: str, value, check: Check, default=inspect.P
                else f", e.g. {name}={shown} (the default)")
     fix = check.fix or f"pass {check.allowed}{example}"
     shown_value = _short(value)
-    why = "" if why == shown_value else f" ({why})"
+    why = "" if shown_value == f"a {type(value).__name__}" and why.startswith("of type") else f" ({why})"
     raise kind(f"{where}: {name} must be {check.allowed}, got {shown_value}{why}; {fix}")
 
 
