@@ -66,7 +66,7 @@ from .approximations._shared import require_params
 from .approximations.base import GPModel
 from .diagnostics.traces import check_draws_match_model
 from .parameters import Module, Param, check_module_fields
-from .validation import InstanceOf, IsCallable, OrNone, validated
+from .validation import InstanceOf, IsCallable, OrNone, Path, validated
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
 
@@ -436,7 +436,17 @@ def _versions() -> dict:
     return {"ppl_sparsegp": _library_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
 
 
-def save_fit(path, gp, params: dict, *, metadata: dict | None = None, model_args: dict | None = None) -> str:
+_GP = InstanceOf(GPModel, type(lambda: None), what="an approximation (SparseGP, CollapsedGP, SparseSpectrumGP; itself, "
+                 "not its .model) or an own model function with its samples")
+_PARAMS = InstanceOf(Mapping, what="a dict: svi_result.params, or for a model function its samples {site: (draws, "
+                     "...)} (mcmc.get_samples())")
+
+
+@validated
+def save_fit(path: Path, gp: Annotated[Any, _GP], params: Annotated[dict, _PARAMS], *,
+             metadata: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+             model_args: Annotated[dict | None, OrNone(InstanceOf(Mapping, what="a dict {argument name: value}"))]
+             = None) -> str:
     """Write the approximation ``gp`` and the fitted ``params`` to the ``.npz`` file ``path``.
 
     :param path: the file to write (any suffix; written atomically: a failed save leaves no file).
@@ -555,7 +565,7 @@ def _decode(header, arrays, source):
 
 
 @validated
-def load_fit(path: Annotated[Any, InstanceOf(str, os.PathLike, what="a path (str or os.PathLike)")], *,
+def load_fit(path: Path, *,
              model: Annotated[Any, OrNone(IsCallable())] = None):
     """Read a fit written by :func:`save_fit`: ``(gp, params)`` such that ``gp.predict(X_new,
     params=params)`` equals the saved approximation's prediction; for an own model's fit
@@ -595,7 +605,8 @@ def load_fit(path: Annotated[Any, InstanceOf(str, os.PathLike, what="a path (str
     return gp, params
 
 
-def load_metadata(path) -> dict:
+@validated
+def load_metadata(path: Path) -> dict:
     """The header of a fit file without building anything: ``metadata`` (as given to :func:`save_fit`),
     ``format_version``, ``versions`` (ppl_sparsegp, jax, numpyro that wrote it) and ``approximation``
     (the class path)."""

@@ -34,14 +34,16 @@ import difflib
 import functools
 import inspect
 import math
+import os
 import typing
 
 import numpy as np
 
 __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "PositiveInt", "NonNegativeInt", "Real",
            "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "OrNone", "AnyOf",
-           "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
-           "NonNegative", "Count", "MaybeCount", "Flag", "Inputs", "RngKey", "AKernel"]
+           "Draws", "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
+           "NonNegative", "Count", "MaybeCount", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
+           "ALikelihood", "AName", "Samples"]
 
 
 class InvalidArgument(ValueError):
@@ -229,11 +231,12 @@ class Boolean(Check):
 class ArrayOf(Check):
     """An array (anything ``numpy.asarray`` reads as numbers) of ``rank`` (an int or a tuple of allowed
     ranks; None: any), trailing ``shape`` (a tuple, None for any size on an axis), with finite values
-    (``finite=True``). A traced array is checked for its rank only."""
+    (``finite=True``). A traced array is checked for its rank only, and so is anything with a ``shape``
+    for ``read=False`` (a memory-mapped file of millions of rows is not read to be checked)."""
 
-    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True):
+    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True, read: bool = True):
         self.rank = (rank,) if isinstance(rank, int) else rank
-        self.shape, self.finite = shape, finite
+        self.shape, self.finite, self.read = shape, finite and read, read
         ranks = "" if self.rank is None else " of rank " + " or ".join(map(str, self.rank))
         trail = "" if shape is None else " with shape (…, " + ", ".join("any" if s is None else str(s)
                                                                        for s in shape) + ")"
@@ -242,7 +245,7 @@ class ArrayOf(Check):
     def problem(self, value):
         if isinstance(value, (str, bytes, dict)) or value is None:
             return WrongArgumentType, f"of type {type(value).__name__}"
-        traced = _is_traced(value)
+        traced = _is_traced(value) or (not self.read and hasattr(value, "shape"))  # read=False: the shape only
         shape = tuple(np.shape(value)) if traced else None
         if not traced:
             try:
@@ -317,13 +320,16 @@ class IsCallable(Check):
 
 
 class Key(Check):
-    """A JAX PRNG key (``jax.random.PRNGKey(0)``, shape (2,) uint32, or a typed key) or an int seed."""
+    """A JAX PRNG key (``jax.random.PRNGKey(0)``, shape (2,) uint32, or a typed key) or, with
+    ``seed=True``, an int seed."""
 
-    allowed = "a PRNG key (jax.random.PRNGKey(seed)) or an integer seed"
+    def __init__(self, seed: bool = True):
+        self.seed = seed
+        self.allowed = "a PRNG key (jax.random.PRNGKey(seed))" + (" or an integer seed" if seed else "")
 
     def problem(self, value):
         if _is_int(value):
-            return None
+            return None if self.seed else (WrongArgumentType, "an int, not a key")
         import jax
         if _is_traced(value):
             return None
@@ -336,10 +342,32 @@ class Key(Check):
         return WrongArgumentType, f"of type {type(value).__name__}"
 
     def bad_values(self):
-        return [1.5, "0", np.zeros(3)]
+        return [1.5, "0", np.zeros(3)] + ([] if self.seed else [0])
 
     def example(self):
-        return 0
+        import jax
+        return 0 if self.seed else jax.random.PRNGKey(0)
+
+
+class Draws(Check):
+    """Posterior draws: a dict ``{site name: array (draws, ...)}`` (``mcmc.get_samples()``) or an
+    InferenceData (anything with a ``posterior``)."""
+
+    allowed = "the fit's draws: a dict {site: array (draws, ...)} (mcmc.get_samples()) or its InferenceData"
+
+    def problem(self, value):
+        if hasattr(value, "posterior"):
+            return None
+        if not isinstance(value, dict):
+            return WrongArgumentType, f"of type {type(value).__name__}"
+        bad = [k for k, v in value.items() if not isinstance(k, str) or isinstance(v, (str, dict)) or v is None]
+        return (WrongArgumentType, f"entries {bad[:3]} are not site name: array") if bad else None
+
+    def bad_values(self):
+        return [[1.0, 2.0], 3, {"a": "b"}]
+
+    def example(self):
+        return {"f_kernel_lengthscale": np.full(3, 0.3)}
 
 
 class InstanceOf(Check):
@@ -435,7 +463,10 @@ def _read_declarations(fn) -> dict:
         if isinstance(hint, str):
             try:
                 hint = eval(hint, {**fn.__globals__, "Annotated": typing.Annotated})  # noqa: S307 - own source
-            except Exception:
+            except Exception as err:
+                if "Annotated" in hint or any(a in hint for a in __all__):  # a declaration that does not resolve
+                    raise TypeError(f"@validated {fn.__qualname__}: the hint of {name!r} ({hint}) does not resolve "
+                                    f"({err}): a declaration must name what its module imports") from err
                 continue
         if typing.get_origin(hint) is typing.Annotated:
             checks = [m for m in hint.__metadata__ if isinstance(m, Check)]
@@ -585,3 +616,10 @@ Inputs = typing.Annotated[typing.Any, ArrayOf(rank=(1, 2))]
 RngKey = typing.Annotated[typing.Any, Key()]
 AKernel = typing.Annotated[typing.Any, InstanceOf("ppl_sparsegp.kernels.base.Kernel",
                                                   what="a kernel (e.g. Matern32(1.0, 0.3))")]
+Path = typing.Annotated[typing.Any, InstanceOf(str, os.PathLike, what="a path (a str or an os.PathLike)")]
+AFeature = typing.Annotated[typing.Any, InstanceOf("ppl_sparsegp.features.base.InducingFeature",
+                                                   what="an inducing feature (e.g. FourierFeatures(-1.0, 2.0, 8))")]
+ALikelihood = typing.Annotated[typing.Any, InstanceOf("ppl_sparsegp.likelihoods.Likelihood",
+                                                      what="a likelihood (e.g. Gaussian(0.1))")]
+AName = typing.Annotated[str, InstanceOf(str, what="a string (a site name or prefix)")]
+Samples = typing.Annotated[typing.Any, Draws()]

@@ -3,6 +3,7 @@ posterior draw, and the fix when too much."""
 from __future__ import annotations
 
 import warnings
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -11,13 +12,35 @@ import xarray as xr
 
 from ..grid import Grid
 from ..kernels import check_inputs
+from ..validation import (
+    AName,
+    AnyOf,
+    ArrayOf,
+    InstanceOf,
+    IsCallable,
+    MaybeCount,
+    OrNone,
+    Samples,
+    Tolerance,
+    validated,
+)
 from .prediction import _thin, check_chain_grouping, check_draw_counts, posterior_samples, svi_params
 
 __all__ = ["adequacy", "add_adequacy"]
 
 
-def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params: dict | None = None,
-             tolerance: float = 0.05, max_draws: int | None = 500) -> dict:
+_GP_OR_FEATURE = InstanceOf("ppl_sparsegp.approximations.base.GPModel", "ppl_sparsegp.features.base.InducingFeature",
+                            what="a fitted approximation (SparseGP, CollapsedGP, ...) or a feature")
+_INPUTS = AnyOf(ArrayOf(rank=(1, 2)), InstanceOf("ppl_sparsegp.grid.Grid"))
+_RESULT = InstanceOf(dict, what="the dict that adequacy(...) or refinement_check(...) returned")
+_IDATA = InstanceOf("arviz.InferenceData", what="the fit's arviz.InferenceData (from_mcmc, from_svi)")
+
+
+@validated
+def adequacy(gp_or_feature: Annotated[Any, _GP_OR_FEATURE], samples: Samples, X: Annotated[Any, _INPUTS], *,
+             kernel: Annotated[Any, OrNone(IsCallable())] = None, name: AName = "f",
+             params: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, tolerance: Tolerance = 0.05,
+             max_draws: MaybeCount = 500) -> dict:
     r"""How much of the prior variance at the data the features miss, per posterior draw.
 
     For each draw θ_s of the hyperparameters the residual fraction
@@ -146,7 +169,8 @@ def _residual_fractions(parts, flat, X, hyper):
     return np.full(S, r[0]) if same else r
 
 
-def add_adequacy(idata, result: dict):
+@validated
+def add_adequacy(idata: Annotated[Any, _IDATA], result: Annotated[dict, _RESULT]):
     """Store an :func:`adequacy` or a :func:`~ppl_sparsegp.diagnostics.refinement_check` result in
     ``idata`` as the group ``adequacy``: the residual check's ``residual_fraction`` (dim
     ``adequacy_draw``) and its summary (``median``, ``q95``, ``ok``, ``message``) as attributes; the

@@ -30,6 +30,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,6 +40,7 @@ from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.util import log_density
 
 from ..features.base import refined_features
+from ..validation import Boolean, Count, Integer, Key, NonNegativeInt, OrNone, Positive, Samples, validated
 from ._arviz import az
 from .prediction import _thin, check_chain_grouping, posterior_samples
 from .traces import model_trace
@@ -81,9 +84,12 @@ def _shifts(base: dict, other: dict, scale: dict) -> dict:
     return {n: float(np.max(np.abs(other[n][0] - base[n][0]) / np.maximum(scale[n][1], 1e-300))) for n in base}
 
 
-def refinement_check(model, samples, *args, times: int = 1, refit: bool | None = None, num_warmup: int = 200,
-                     num_samples: int = 200, threshold: float = 0.5, max_draws: int | None = 1000,
-                     rng_key=None, **kwargs) -> dict:
+@validated(forwards_to="model")
+def refinement_check(model, samples: Samples, *args, times: Count = 1,
+                     refit: Annotated[bool | None, OrNone(Boolean())] = None,
+                     num_warmup: Annotated[int, NonNegativeInt()] = 200, num_samples: Annotated[int, Integer(2)] = 200,
+                     threshold: Positive = 0.5, max_draws: Annotated[int | None, OrNone(Integer(2))] = 1000,
+                     rng_key: Annotated[Any, OrNone(Key(seed=False))] = None, **kwargs) -> dict:
     r"""Refine every feature of a model and report whether its posterior moves (module docstring).
 
     :param model: the NumPyro model that was fitted (a user's model with
