@@ -43,7 +43,7 @@ __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "Posit
            "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "OrNone", "AnyOf",
            "Draws", "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
            "NonNegative", "Count", "MaybeCount", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
-           "ALikelihood", "AName", "Samples"]
+           "ALikelihood", "AName", "Samples", "Template", "PositiveScalar", "PositiveScales", "Nu", "Quantile"]
 
 
 class InvalidArgument(ValueError):
@@ -192,13 +192,17 @@ def Probability() -> Real:  # noqa: N802
 
 
 class OneOf(Check):
-    """One of a set of strings (the closest one is suggested for a misspelling)."""
+    """One of a set of strings (the closest one is suggested for a misspelling), or of numbers."""
 
-    def __init__(self, *choices: str):
+    def __init__(self, *choices):
         self.choices = tuple(choices)
+        self.strings = all(isinstance(c, str) for c in self.choices)
         self.allowed = "one of " + ", ".join(repr(c) for c in self.choices)
 
     def problem(self, value):
+        if not self.strings:
+            ok = not isinstance(value, (bool, np.bool_, str)) and _real(value) in self.choices
+            return None if ok else (InvalidArgument, "not one of them")
         if not isinstance(value, str):
             return WrongArgumentType, f"not a string ({type(value).__name__})"
         if value not in self.choices:
@@ -207,7 +211,7 @@ class OneOf(Check):
         return None
 
     def bad_values(self):
-        return ["no such choice", 3, None]
+        return ["no such choice", 3, None] if self.strings else [max(self.choices) + 1, "1", None, True]
 
     def example(self):
         return self.choices[0]
@@ -234,17 +238,22 @@ class ArrayOf(Check):
     (``finite=True``). A traced array is checked for its rank only, and so is anything with a ``shape``
     for ``read=False`` (a memory-mapped file of millions of rows is not read to be checked)."""
 
-    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True, read: bool = True):
+    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True, read: bool = True,
+                 positive: bool = False, traced: bool = True):
         self.rank = (rank,) if isinstance(rank, int) else rank
         self.shape, self.finite, self.read = shape, finite and read, read
+        self.positive, self.traced = positive and read, traced
         ranks = "" if self.rank is None else " of rank " + " or ".join(map(str, self.rank))
         trail = "" if shape is None else " with shape (…, " + ", ".join("any" if s is None else str(s)
                                                                        for s in shape) + ")"
-        self.allowed = f"an array{ranks}{trail}" + (" of finite numbers" if finite else " of numbers")
+        self.allowed = (f"an array{ranks}{trail}" + (" of positive" if positive else " of")
+                        + (" finite numbers" if finite else " numbers"))
 
     def problem(self, value):
         if isinstance(value, (str, bytes, dict)) or value is None:
             return WrongArgumentType, f"of type {type(value).__name__}"
+        if not self.traced and _is_traced(value):  # a value sampled inside a model: judged by debug_checks
+            return None
         traced = _is_traced(value) or (not self.read and hasattr(value, "shape"))  # read=False: the shape only
         shape = tuple(np.shape(value)) if traced else None
         if not traced:
@@ -263,6 +272,8 @@ class ArrayOf(Check):
                 return InvalidArgument, f"shape {shape}"
         if self.finite and not traced and arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
             return InvalidArgument, "NaN or inf in it"
+        if self.positive and not traced and not np.all(arr > 0):
+            return InvalidArgument, "not all positive"
         return None
 
     def _good_shape(self):
@@ -279,6 +290,8 @@ class ArrayOf(Check):
             out += [np.full(good, np.nan), np.full(good, np.inf)]
         if self.rank is not None:
             out.append(np.ones((2,) * (max(self.rank) + 1)))
+        if self.positive:
+            out += [np.zeros(good), -np.ones(good)]
         return out
 
     def example(self):
@@ -571,11 +584,19 @@ def validated(fn=None, *, forwards_to: str | None = None):
     where = _display_name(fn)
     declarations = _read_declarations(fn)
 
+    owner = fn.__qualname__.rsplit(".", 1)[0] if "." in fn.__qualname__ else None
+
+    def named(args):
+        """The message's name: the instance's class for a method (Matern32, not Stationary)."""
+        if owner and args and "self" in params and any(c.__qualname__ == owner for c in type(args[0]).__mro__):
+            return type(args[0]).__name__ + ("" if fn.__name__ == "__init__" else f".{fn.__name__}")
+        return where
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         unknown = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
         if unknown and not var_kw:
-            raise _unknown_keyword(where, unknown[0], options, None, None)
+            raise _unknown_keyword(named(args), unknown[0], options, None, None)
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as err:
@@ -587,7 +608,7 @@ def validated(fn=None, *, forwards_to: str | None = None):
                 raise _unknown_keyword(where, refused[0], options, forwards_to, model)
         for name, check in declarations.items():
             if name in bound.arguments:
-                check_argument(where, name, bound.arguments[name], check, params[name].default)
+                check_argument(named(args), name, bound.arguments[name], check, params[name].default)
         return fn(*args, **kwargs)
 
     wrapper.__validated__ = declarations
@@ -623,3 +644,20 @@ ALikelihood = typing.Annotated[typing.Any, InstanceOf("ppl_sparsegp.likelihoods.
                                                       what="a likelihood (e.g. Gaussian(0.1))")]
 AName = typing.Annotated[str, InstanceOf(str, what="a string (a site name or prefix)")]
 Samples = typing.Annotated[typing.Any, Draws()]
+
+
+def Template(rank=(0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read as a type in the hints
+    """A template field: an array of ``rank`` (positive, finite), a NumPyro prior or a
+    :class:`~ppl_sparsegp.parameters.Param` (a value sampled inside a model is not judged here: its prior was)."""
+    check = AnyOf(ArrayOf(rank=rank, positive=positive, traced=False),
+                  InstanceOf("numpyro.distributions.Distribution", "ppl_sparsegp.parameters.Param",
+                             what="a NumPyro prior or a Param"))
+    what = {0: "number", (0,): "number", (0, 1): "number or array (D,)"}.get(rank, "array")
+    check.allowed = f"a {'positive ' if positive else ''}finite {what}, a NumPyro prior or a Param"
+    return check
+
+
+PositiveScalar = typing.Annotated[typing.Any, Template(rank=0)]
+PositiveScales = typing.Annotated[typing.Any, Template(rank=(0, 1))]
+Nu = typing.Annotated[float, OneOf(0.5, 1.5, 2.5)]
+Quantile = typing.Annotated[float, Real(0.0, 0.5, low_open=True, high_open=True)]

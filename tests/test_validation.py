@@ -264,7 +264,7 @@ EXEMPT_MODULES = {
 EXEMPT_PROTOCOL = {"log_prob", "sample", "sample_with_intermediates", "mean", "variance", "support", "init",
                    "update", "get_params", "eval_and_update", "eval_and_stable_update", "tree_flatten",
                    "tree_unflatten", "infer_shapes", "entropy", "cdf", "icdf", "enumerate_support", "loss",
-                   "loss_with_mutable_state_and_aux", "vmap_over"}
+                   "loss_with_mutable_state", "loss_with_mutable_state_and_aux", "vmap_over"}
 
 #: parameter names exempt everywhere, with the reason
 EXEMPT_PARAMETERS = {

@@ -30,7 +30,16 @@ from ..covariances import Kuf, Kuu
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
-from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
+from ..validation import (
+    AKernel,
+    Inputs,
+    MaybeCount,
+    NonNegative,
+    Nu,
+    Quantile,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
@@ -86,8 +95,9 @@ class _PerDimension(InducingFeature):
         return X
 
     @classmethod
-    def from_data(cls, X, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  max_lengthscale=None, quantile: float = 0.01, max_margin: float = 1.0):
+    @validated
+    def from_data(cls, X, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: NonNegative = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
         dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
         max(margin·ℓ_min,d, max_margin·span_d))) and the fewest

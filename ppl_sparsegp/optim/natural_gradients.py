@@ -360,7 +360,8 @@ class NaturalGradient(NumPyroOptim):
                                   "eval_and_update; use svi.update / svi.run")
 
     @staticmethod
-    def rejected_steps(state) -> int:
+    @validated
+    def rejected_steps(state: Annotated[Any, InstanceOf(tuple, what="SVI's svi_state.optim_state")]) -> int:
         """The number of natural-gradient steps rejected so far (SVI's ``svi_state.optim_state``)."""
         return int(state[1][2]["rejected"])
 
