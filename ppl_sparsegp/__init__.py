@@ -6,7 +6,8 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 
 * 0: :mod:`.compat` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
   fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
-  per-device blocks), :mod:`.datasets`;
+  per-device blocks), :mod:`.datasets`, :mod:`.validation` (the declared argument checks every public callable
+  runs: ``Annotated`` hints read by ``@validated``);
 * 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
   (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers);
 * 2: :mod:`.kernels` (stationary, periodic, zonal and sphere kernels, sums and products),
@@ -24,7 +25,7 @@ registration where its structure allows something faster), its import in ``featu
 the registrations never run) and its tests; ``features/integral_transform.py`` is the example. The
 approximations do not change.
 """
-from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein  # noqa: F401
+from . import compat, datasets, diagnostics, groups, kernels, likelihoods, linalg, optim, stein, validation  # noqa: F401
 from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__version__)
 from .approximations import (
                              CollapsedGP,
@@ -100,5 +101,5 @@ __all__ = [
     # templates, structured Gaussian, grids
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
-    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein",
+    "compat", "datasets", "diagnostics", "groups", "kernels", "likelihoods", "linalg", "optim", "stein", "validation",
 ]

@@ -406,7 +406,7 @@ class InstanceOf(Check):
         return None if isinstance(value, self.classes) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
-        return [3, "x"]
+        return [v for v in (3, "x", 2.5) if self.problem(v) is not None]
 
 
 class OrNone(Check):

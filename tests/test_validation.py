@@ -328,7 +328,8 @@ def test_the_newest_api_is_fully_declared():
 
 # --- bad inputs generated from the declarations ----------------------------------------------------
 def _instances() -> list:
-    return [K, SGP, CGP, VFF, psg.Gaussian(0.1), "path.npz", numpyro.optim.Adam(0.01)]
+    return [K, SGP, CGP, VFF, psg.Gaussian(0.1), "path.npz", numpyro.optim.Adam(0.01), {}, (), az.InferenceData(),
+            psg.SphericalHarmonicFeatures(2, 2), psg.ArcCosine(order=1), ell_model]
 
 
 def _example(check):
@@ -366,19 +367,20 @@ def _call(fn, name, value):
 
     checks = declared(fn)
     signature = inspect.signature(fn)
-    args, kwargs = [], {}
+    args, kwargs, skipped = [], {}, False
     for p in signature.parameters.values():
         if p.kind is p.VAR_POSITIONAL or p.kind is p.VAR_KEYWORD:
             continue
         if p.name == name:
             v = value
         elif p.default is not p.empty:
+            skipped = True  # the later ones go by keyword
             continue
         elif p.name in checks:
             v = _example(checks[p.name])
         else:
             v = _Placeholder()
-        if p.kind is p.KEYWORD_ONLY:
+        if p.kind is p.KEYWORD_ONLY or (skipped and p.kind is not p.POSITIONAL_ONLY):
             kwargs[p.name] = v
         else:
             args.append(v)

@@ -80,8 +80,9 @@ _TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
 _POS = biject_to(constraints.positive)
 
 
-#: a step size γ in (0, 1]
-Gamma = Annotated[float, Real(0.0, 1.0, low_open=True)]
+#: a schedule's step size γ in (0, 1], at least 1e-12: a smaller one underflows (to 0 in float32: the ramp's
+#: log-ratio is then infinite and γ_0 NaN; found by tests/test_validation.py's property test)
+Gamma = Annotated[float, Real(1e-12, 1.0)]
 _SPARSE_GP = "ppl_sparsegp.approximations.sparse.SparseGP"
 _OPTIM = "numpyro.optim._NumPyroOptim"
 
