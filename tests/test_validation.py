@@ -266,6 +266,20 @@ EXEMPT_PROTOCOL = {"log_prob", "sample", "sample_with_intermediates", "mean", "v
                    "tree_unflatten", "infer_shapes", "entropy", "cdf", "icdf", "enumerate_support", "loss",
                    "loss_with_mutable_state", "loss_with_mutable_state_and_aux", "vmap_over"}
 
+#: the numeric core of kernels, likelihoods and features: evaluated by the approximations inside the traced
+#: model (jit, grad, NUTS), so their values are tracers no Python check can judge; the concrete case is
+#: judged by the one input check inside (check_inputs, Likelihood.validate) and by debug_checks
+EXEMPT_TRACED = {"dist", "diag", "predict_mean_and_var", "variational_expectation", "profile", "predict_log_density",
+                 "kappa", "power", "sample_frequencies", "spectral_density", "sample_unit_frequencies",
+                 "log_unit_density", "log_spectral_density_normalised", "class_probabilities", "argmax_probability",
+                 "loo_log_prob", "relative_jitter", "subsample", "scaled_sqdist", "profile_of_lag", "embed",
+                 "to_sphere", "to_domain", "monte_carlo_conditional", "optimal_q", "components", "components_from",
+                 "point_values", "fourier_coefficients"}
+
+#: the checks and warnings themselves (their arguments are what they judge)
+EXEMPT_CHECKERS = {"check_inputs", "check_kernel", "check_dim", "warn_outside", "warn_float32",
+                   "warn_float32_gpu_matmul", "validate", "adequacy_advice"}
+
 #: parameter names exempt everywhere, with the reason
 EXEMPT_PARAMETERS = {
     "model": "a user's NumPyro model: checked by tracing it (its sites), not by a type",
@@ -277,8 +291,13 @@ def _exempt(qualname, param) -> str | None:
     for prefix, why in EXEMPT_MODULES.items():
         if qualname.startswith(prefix + "."):
             return why
-    if qualname.rsplit(".", 1)[1] in EXEMPT_PROTOCOL:
+    method = qualname.rsplit(".", 1)[1]
+    if method in EXEMPT_PROTOCOL:
         return "a NumPyro protocol method"
+    if method in EXEMPT_TRACED and "." in qualname.removeprefix("ppl_sparsegp.").split(".", 1)[1]:
+        return "a numeric method evaluated inside traced models (EXEMPT_TRACED)"
+    if method in EXEMPT_CHECKERS:
+        return "a check or warning helper: its arguments are what it judges"
     if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
         return "forwarded (the model's data or options): checked where they land"
     return EXEMPT_PARAMETERS.get(param.name)
