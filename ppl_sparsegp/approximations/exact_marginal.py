@@ -105,7 +105,10 @@ def check_exact_size(name, named, X, max_exact_rows):
                          f"of at most {max_exact_rows} rows, or max_exact_rows=None (or larger) if the memory and time "
                          "are affordable")
     for gp_name, _, kernel in named:
-        dim = getattr(kernel, "input_dim", None)
+        try:
+            dim = getattr(kernel, "input_dim", None)
+        except (TypeError, AttributeError):  # a template: its lengthscale a prior (sized when sampled)
+            dim = None
         if isinstance(dim, int) and dim != D:
             raise ValueError(f"marginal_spectral_gp({name!r}, exact=True): X has {D} input dimension(s) (shape "
                              f"{tuple(X.shape)}) but the kernel of {gp_name!r} ({type(kernel).__name__}) has {dim}: "

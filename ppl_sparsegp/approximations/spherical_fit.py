@@ -145,9 +145,10 @@ _SHF = InstanceOf(SphericalHarmonicFeatures, what="SphericalHarmonicFeatures")
 
 @validated
 def fit_spherical(feature: Annotated[Any, _SHF], kernel: Annotated[Any, InstanceOf(Zonal, what="a Zonal kernel")],
-                  likelihood: Annotated[Any, InstanceOf(Gaussian, what="a Gaussian likelihood")],
+                  likelihood: Annotated[Any, InstanceOf(Gaussian, what="Gaussian (the collapsed bound's)")],
                   X: Annotated[Any, ArrayOf(rank=2, read=False)], y: Annotated[Any, ArrayOf(rank=1, read=False)], *,
-                  map_feature: Annotated[Any, OrNone(_SHF)] = None, subsample: Count = 5000, maxiter: Count = 200,
+                  map_feature: Annotated[Any, OrNone(_SHF)] = None, subsample: Annotated[int, Integer(2)] = 5000,
+                  maxiter: Count = 200,
                   chunk_size: Count = 8192, mean: Annotated[float, Real()] = 0.0,
                   seed: Annotated[int, Integer(0)] = 0) -> SphericalFit:
     r"""Fit spherical harmonic features to N rows (up to millions) by the collapsed bound: the input map from a

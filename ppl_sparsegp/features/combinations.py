@@ -33,6 +33,7 @@ from ..linalg import BlockDiag, Identity, Kronecker
 from ..validation import (
     AKernel,
     Inputs,
+    MaxMargin,
     MaybeCount,
     NonNegative,
     Nu,
@@ -97,7 +98,7 @@ class _PerDimension(InducingFeature):
     @classmethod
     @validated
     def from_data(cls, X, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
-                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: NonNegative = 1.0):
+                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
         dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
         max(margin·ℓ_min,d, max_margin·span_d))) and the fewest

@@ -87,6 +87,7 @@ from ..validation import (
     AKernel,
     Count,
     Inputs,
+    MaxMargin,
     MaybeCount,
     NonNegative,
     Nu,
@@ -116,7 +117,7 @@ class FourierFeatures(InducingFeature):
     @classmethod
     @validated
     def from_data(cls, x, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
-                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: NonNegative = 1.0):
+                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """The box and M of the rule in the module docstring: [min x − pad, max x + pad] with
         pad = min(margin·ℓ_max, max(margin·ℓ_min, max_margin·span)) (span = max x − min x), and the
         fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance unresolved at

@@ -287,7 +287,7 @@ def _check_schedule(gamma):
                 value = float(jnp.asarray(gamma(jnp.asarray(step))))
         except (TypeError, jax.errors.ConcretizationTypeError):  # pragma: no cover - a schedule jax cannot run eagerly
             return
-        if not (math.isfinite(value) and 0.0 < value <= 1.0):
+        if not (math.isfinite(value) and 0.0 < value <= 1.0 + 1e-9):  # 1 up to rounding (exp(log 1))
             raise ValueError(f"NaturalGradient: the gamma schedule gives γ = {value:g} at step {step}, outside (0, 1]: "
                              "a γ ≤ 0 rejects every natural-gradient step (q(u) never moves) and a γ > 1 overshoots "
                              "it; give a schedule in (0, 1] (gamma_ramp(), gamma_schedule()) or a number in (0, 1]")

@@ -40,7 +40,7 @@ import numpy as np
 __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "PositiveInt", "NonNegativeInt", "Real",
            "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "OrNone", "AnyOf",
            "Draws", "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
-           "NonNegative", "Count", "MaybeCount", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
+           "NonNegative", "Count", "MaybeCount", "MaxMargin", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
            "ALikelihood", "AName", "Samples", "Template", "PositiveScalar", "PositiveScales", "Nu", "Quantile"]
 
 
@@ -62,6 +62,7 @@ from ._vocabulary import (  # noqa: F401 - the vocabulary, re-exported
     InvalidArgument,
     IsCallable,
     Key,
+    MaxMargin,
     MaybeCount,
     Names,
     NonNegative,
@@ -151,7 +152,8 @@ def check_argument(where: str, name: str, value, check: Check, default=inspect.P
     fix = check.fix or f"pass {check.allowed}{example}"
     shown_value = _short(value)
     why = "" if shown_value == f"a {type(value).__name__}" and why.startswith("of type") else f" ({why})"
-    raise kind(f"{where}: {name} must be {check.allowed}, got {shown_value}{why}; {fix}")
+    head = f"{where[:-len('.__init__')]}.{name}" if where.endswith(".__init__") else f"{where}: {name}"
+    raise kind(f"{head} must be {check.allowed}, got {shown_value}{why}; {fix}")
 
 
 def _unknown_keyword(where, name, options, forwards, model):
@@ -222,14 +224,14 @@ def validated(fn=None, *, forwards_to: str | None = None):
     def named(args):
         """The message's name: the instance's class for a method (Matern32, not Stationary)."""
         if owner and args and "self" in params and any(c.__qualname__ == owner for c in type(args[0]).__mro__):
-            return type(args[0]).__name__ + ("" if fn.__name__ == "__init__" else f".{fn.__name__}")
-        return where
+            return f"{type(args[0]).__name__}.{fn.__name__}"  # a constructor: "Matern32.variance must be ..."
+        return f"{where}.__init__" if fn.__name__ == "__init__" else where
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         unknown = [k for k in kwargs if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
         if unknown and not var_kw:
-            raise _unknown_keyword(named(args), unknown[0], options, None, None)
+            raise _unknown_keyword(named(args).removesuffix(".__init__"), unknown[0], options, None, None)
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as err:

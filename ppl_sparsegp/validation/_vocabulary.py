@@ -74,9 +74,10 @@ class Integer(Check):
 
     def __init__(self, low: int | None = None, high: int | None = None):
         self.low, self.high = low, high
-        bounds = ("≥ %d" % low if low is not None else "") + (" and " if low is not None and high is not None
-                                                               else "") + ("≤ %d" % high if high is not None else "")
-        self.allowed = "an integer" + (f" {bounds}" if bounds else "")
+        bounds = (">= %d" % low if low is not None else "") + (" and " if low is not None and high is not None
+                                                                else "") + ("<= %d" % high if high is not None else "")
+        named = {(1, None): "a positive integer", (0, None): "a non-negative integer"}.get((low, high))
+        self.allowed = named or "an integer" + (f" {bounds}" if bounds else "")
 
     def problem(self, value):
         if not _is_int(value):
@@ -115,9 +116,9 @@ class Real(Check):
         if low is None and high is None:
             self.allowed = "a finite number"
         elif high is None:
-            self.allowed = f"a finite number {'>' if low_open else '≥'} {low:g}"
+            self.allowed = f"a finite number {'>' if low_open else '>='} {low:g}"
         elif low is None:
-            self.allowed = f"a finite number {'<' if high_open else '≤'} {high:g}"
+            self.allowed = f"a finite number {'<' if high_open else '<='} {high:g}"
         else:
             self.allowed = (f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
 
@@ -444,8 +445,8 @@ def Template(rank=(0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read 
     check = AnyOf(ArrayOf(rank=rank, positive=positive, traced=False),
                   InstanceOf("numpyro.distributions.Distribution", "ppl_sparsegp.parameters.Param",
                              what="a NumPyro prior or a Param"))
-    what = {0: "number", (0,): "number", (0, 1): "number or array (D,)"}.get(rank, "array")
-    check.allowed = f"a {'positive ' if positive else ''}finite {what}, a NumPyro prior or a Param"
+    what = {0: "a number", (0,): "a number", (0, 1): "a number or an array (D,)"}.get(rank, "an array")
+    check.allowed = f"{'positive and ' if positive else ''}finite ({what}, a NumPyro prior or a Param)"
     return check
 
 
@@ -453,3 +454,5 @@ PositiveScalar = typing.Annotated[typing.Any, Template(rank=0)]
 PositiveScales = typing.Annotated[typing.Any, Template(rank=(0, 1))]
 Nu = typing.Annotated[float, OneOf(0.5, 1.5, 2.5)]
 Quantile = typing.Annotated[float, Real(0.0, 0.5, low_open=True, high_open=True)]
+#: a margin cap in data spans: a finite number >= 0, or inf for none
+MaxMargin = typing.Annotated[float, AnyOf(Real(0.0, None), OneOf(math.inf))]
