@@ -30,8 +30,8 @@ from numpyro.distributions import Distribution, constraints
 
 __all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS"]
 
-#: marginal_spectral_gp(exact=True)'s default cap on N: an N x N float64 covariance of 0.8 GB (and its
-#: Cholesky factor as much again), O(N^3) per gradient
+#: The default cap on N of ``marginal_spectral_gp(..., exact=True)`` (an N x N float64 covariance of 0.8 GB,
+#: and its Cholesky factor as much again, O(N^3) per gradient).
 MAX_EXACT_ROWS = 10_000
 
 

@@ -22,7 +22,7 @@ parameter of that model, saying which it is not.
 The declarations are read once per function (the hints resolved in its module; ``from __future__ import
 annotations`` is fine) and listed by :func:`declared`: ``tests/test_validation.py`` enumerates every
 public callable and fails for a public parameter with neither a declaration nor a reasoned exemption, and
-generates each declaration's bad inputs (:meth:`Check.bad_values`), so a new declaration brings its own
+generates each declaration's bad inputs (``Check.bad_values()``), so a new declaration brings its own
 test rows. The decorator also appends a "Checked arguments" line to the docstring, so the API reference
 shows the declared ranges (the site renders no type hints: ``autodoc_typehints = "none"``).
 
