@@ -6,7 +6,8 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 
 * 0: :mod:`.numpyro_internals` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
   fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
-  per-device blocks), :mod:`.datasets`;
+  per-device blocks), :mod:`.datasets`, :mod:`.validation` (the declared argument checks every public callable
+  runs: ``Annotated`` hints read by ``@validated``);
 * 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
   (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers);
 * 2: :mod:`.kernels` (stationary, periodic, zonal and sphere kernels, sums and products),
@@ -36,6 +37,7 @@ from . import (  # noqa: F401
     numpyro_internals,
     optim,
     stein,
+    validation,
 )
 from ._version import __version__  # noqa: F401  (re-exported: ppl_sparsegp.__version__)
 from .approximations import (
@@ -120,5 +122,5 @@ __all__ = [
     "Param", "StructuredNormal", "gaussian_kl", "Grid", "debug_checks", "stack_modules",
     # modules
     "numpyro_internals", "datasets", "diagnostics", "engines", "groups", "kernels", "likelihoods", "linalg", "optim",
-    "stein",
+    "stein", "validation",
 ]

@@ -41,6 +41,8 @@ a number or array is fixed, a NumPyro distribution is a prior (a sample site aft
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +52,7 @@ from numpyro.distributions import Distribution
 
 from ._quadrature import _float_dtype, _hermgauss, gauss_hermite, log_gauss_hermite
 from .parameters import Module, Param, check_value, is_concrete
+from .validation import Count, Integer, OneOf, PositiveScalar, Real, Template, validated
 
 __all__ = [
     "MulticlassLikelihood",
@@ -100,7 +103,8 @@ class Likelihood(Module):
     #: whether :meth:`variational_expectation` is a Monte Carlo estimate that wants a fresh ``key``
     monte_carlo = False
 
-    def __init__(self, *, num_points: int = 20):
+    @validated
+    def __init__(self, *, num_points: Count = 20):
         _hermgauss(num_points)  # validates num_points
         self._set(num_points=int(num_points))
 
@@ -208,7 +212,8 @@ class Gaussian(Likelihood):
     _params = ("variance",)
     _positive = ("variance",)
 
-    def __init__(self, variance=1.0, *, num_points: int = 20):
+    @validated
+    def __init__(self, variance: PositiveScalar = 1.0, *, num_points: Count = 20):
         super().__init__(num_points=num_points)
         self._set(variance=variance)
 
@@ -254,7 +259,8 @@ class Bernoulli(Likelihood):
     _static = ("link", "num_points")
     LINKS = ("logit", "probit")
 
-    def __init__(self, link: str = "logit", *, num_points: int = 20):
+    @validated
+    def __init__(self, link: Annotated[str, OneOf("logit", "probit")] = "logit", *, num_points: Count = 20):
         if link not in self.LINKS:
             raise ValueError(f"Bernoulli: link must be one of {self.LINKS}, got {link!r}")
         super().__init__(num_points=num_points)
@@ -310,7 +316,8 @@ class Poisson(Likelihood):
     _params = ("exposure",)
     _positive = ("exposure",)
 
-    def __init__(self, exposure=1.0, *, num_points: int = 20):
+    @validated
+    def __init__(self, exposure: Annotated[Any, Template(rank=None)] = 1.0, *, num_points: Count = 20):
         super().__init__(num_points=num_points)
         self._set(exposure=exposure)
 
@@ -374,7 +381,8 @@ class StudentT(Likelihood):
     _params = ("df", "scale")
     _positive = ("df", "scale")
 
-    def __init__(self, df=3.0, scale=1.0, *, num_points: int = 20):
+    @validated
+    def __init__(self, df: PositiveScalar = 3.0, scale: PositiveScalar = 1.0, *, num_points: Count = 20):
         super().__init__(num_points=num_points)
         self._set(df=df, scale=scale)
 
@@ -409,7 +417,8 @@ class MulticlassLikelihood(Likelihood):
         """The number C of latent functions, one per class."""
         return self.num_classes
 
-    def __init__(self, num_classes: int, *, num_points: int = 20):
+    @validated
+    def __init__(self, num_classes: Annotated[int, Integer(2)], *, num_points: Count = 20):
         if isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 2:
             raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
         super().__init__(num_points=num_points)
@@ -453,7 +462,8 @@ class Softmax(MulticlassLikelihood):
     _static = ("num_classes", "num_points", "num_samples")
     monte_carlo = True
 
-    def __init__(self, num_classes: int, *, num_samples: int = 64):
+    @validated
+    def __init__(self, num_classes: Annotated[int, Integer(2)], *, num_samples: Count = 64):
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
             raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
         super().__init__(num_classes)
@@ -490,7 +500,10 @@ class RobustMax(MulticlassLikelihood):
 
     _params = ("epsilon",)
 
-    def __init__(self, num_classes: int, epsilon=1e-3, *, num_points: int = 20):
+    @validated
+    def __init__(self, num_classes: Annotated[int, Integer(2)],
+                 epsilon: Annotated[float, Real(0.0, 1.0, low_open=True, high_open=True)] = 1e-3, *,
+                 num_points: Count = 20):
         super().__init__(num_classes, num_points=num_points)
         if is_concrete(epsilon) and not 0.0 < float(epsilon) < 1.0:
             raise ValueError(f"epsilon must be in (0, 1), got {epsilon!r}")

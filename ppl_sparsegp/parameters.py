@@ -27,7 +27,8 @@ from numpyro.distributions.transforms import biject_to
 
 __all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
            "check_value", "debug_checks", "stack_modules", "check_positive_prior",
-           "check_concrete_module", "free_leaves", "as_rng_key"]
+           "check_concrete_module", "free_leaves", "as_rng_key",
+           "check_module_fields"]
 
 
 class Param:
@@ -290,6 +291,28 @@ def check_concrete_module(module, name: str, where: str):
         raise ValueError(f"{where} takes a concrete {name}, but this {type(module).__name__} has priors or Params "
                          f"({fields}): give numbers (e.g. {type(module).__name__}(1.0, 0.3)), or use an "
                          f"approximation (CollapsedGP, SparseGP) or spectral_gp inside a model, which sample them")
+    return module
+
+
+def check_module_fields(module):
+    """The value checks of a module's constructor on a module built without it (``load_fit``, which rebuilds
+    modules from their fields): every concrete field finite, every ``_positive`` one positive, nested
+    modules too; a ``ValueError`` naming the field otherwise."""
+    if isinstance(module, (list, tuple)):
+        for m in module:
+            check_module_fields(m)
+        return module
+    if not isinstance(module, Module):
+        return module
+    for name in module._params:
+        value = getattr(module, name, None)
+        if isinstance(value, (Module, list, tuple)):
+            check_module_fields(value)
+        elif value is not None and not isinstance(value, (Distribution, Param)) and is_concrete(value):
+            where = f"{type(module).__name__}.{name}"
+            check_finite(value, where)
+            if name in module._positive:
+                check_positive(value, where)
     return module
 
 

@@ -54,6 +54,7 @@ import os
 import tempfile
 import warnings
 from collections.abc import Mapping
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +64,9 @@ from numpyro.distributions.transforms import Transform
 
 from .approximations.base import GPModel
 from .approximations.common import require_params
-from .parameters import Module, Param
+from .diagnostics.traces import check_draws_match_model
+from .parameters import Module, Param, check_module_fields
+from .validation import InstanceOf, IsCallable, OrNone, Path, validated
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
 
@@ -328,7 +331,13 @@ class _Decoder:
                                  + f" (written by {self.written_by}): load it with that version")
             children = tuple(self(fields[n], f"{where}.{n}") for n in cls._params)
             aux = tuple(defaults[n] if n in defaults else self(fields[n], f"{where}.{n}") for n in cls._static)
-            return cls._tree_unflatten(aux, children)
+            obj = cls._tree_unflatten(aux, children)
+            try:
+                check_module_fields(obj)
+            except ValueError as e:
+                self.fail(where, f"{e}, which {cls.__name__}(...) refuses: the file was edited or damaged (written by "
+                                 f"{self.written_by})")
+            return obj
         if "__object__" in node:
             cls = self.resolve(node["__object__"], where, (object,))
             if not _constructible(cls):
@@ -427,7 +436,17 @@ def _versions() -> dict:
     return {"ppl_sparsegp": _library_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
 
 
-def save_fit(path, gp, params: dict, *, metadata: dict | None = None, model_args: dict | None = None) -> str:
+_GP = InstanceOf(GPModel, type(lambda: None), what="an approximation (SparseGP, CollapsedGP, SparseSpectrumGP; itself, "
+                 "not its .model) or an own model function with its samples")
+_PARAMS = InstanceOf(Mapping, what="a dict: svi_result.params, or for a model function its samples {site: (draws, "
+                     "...)} (mcmc.get_samples())")
+
+
+@validated
+def save_fit(path: Path, gp: Annotated[Any, _GP], params: Annotated[dict, _PARAMS], *,
+             metadata: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+             model_args: Annotated[dict | None, OrNone(InstanceOf(Mapping, what="a dict {argument name: value}"))]
+             = None) -> str:
     """Write the approximation ``gp`` and the fitted ``params`` to the ``.npz`` file ``path``.
 
     :param path: the file to write (any suffix; written atomically: a failed save leaves no file).
@@ -545,11 +564,21 @@ def _decode(header, arrays, source):
     return gp, params
 
 
-def load_fit(path):
+@validated
+def load_fit(path: Path, *,
+             model: Annotated[Any, OrNone(IsCallable())] = None):
     """Read a fit written by :func:`save_fit`: ``(gp, params)`` such that ``gp.predict(X_new,
     params=params)`` equals the saved approximation's prediction; for an own model's fit
     ``(model_args, samples)``, with ``Predictive(model, samples)(key, **model_args)`` equal to the saved
     fit's (the model function comes from the user's code).
+
+    Every module read is held to its constructor's value checks (a positive field positive, every value
+    finite), so an edited header cannot load a kernel of negative variance.
+
+    :param path: the fit file.
+    :param model: for an own model's fit, the model function it will predict with: its sample sites are
+        checked against the fit's draws (a site of the fit the model lacks is refused, naming the sites,
+        rather than drawn from its prior by ``Predictive``).
 
     Arrays come back with the dtypes they were saved with (a float64 fit in a process without
     ``jax_enable_x64`` is rounded to float32 by JAX: a warning says so).
@@ -557,7 +586,9 @@ def load_fit(path):
     :raises FileNotFoundError: when there is no file at ``path``.
     :raises FitFileError: (a ``ValueError``) for a file that is not a fit, one of a newer format version,
         one lacking a key, or describing a class that no longer exists (or a module whose fields
-        changed), or params that do not match the approximation's guide; the message names which.
+        changed), a module whose values its constructor refuses, or params that do not match the
+        approximation's guide, or (with ``model``) draws of sites the model does not have; the message
+        names which.
     """
     header, arrays = _read(path)
     if not jax.config.jax_enable_x64 and any(a.dtype in (np.float64, np.complex128, np.int64)
@@ -565,10 +596,17 @@ def load_fit(path):
         warnings.warn(f"{os.fspath(path)} holds 64-bit arrays but jax_enable_x64 is off: JAX rounds them to 32 "
                       f"bits, so predictions differ from the saved fit's; call "
                       f"jax.config.update('jax_enable_x64', True) before load_fit", UserWarning, stacklevel=2)
-    return _decode(header, arrays, os.fspath(path))
+    gp, params = _decode(header, arrays, os.fspath(path))
+    if model is not None and "own_model" in header:
+        try:
+            check_draws_match_model(model, gp, params, header["own_model"])
+        except ValueError as e:
+            raise FitFileError(f"{os.fspath(path)}: {e}") from None
+    return gp, params
 
 
-def load_metadata(path) -> dict:
+@validated
+def load_metadata(path: Path) -> dict:
     """The header of a fit file without building anything: ``metadata`` (as given to :func:`save_fit`),
     ``format_version``, ``versions`` (ppl_sparsegp, jax, numpyro that wrote it) and ``approximation``
     (the class path)."""

@@ -156,7 +156,7 @@ def test_mcmc_pointwise_groups_above_the_cap_are_thinned_per_chain_with_the_draw
             z.append((capped.posterior_predictive["f"].values[c, i] - mean) / np.sqrt(var + 1e-12))
     z = np.concatenate(z)
     assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.var() - 1) < 5 * np.sqrt(2 / z.size)
-    with pytest.raises(ValueError, match="max_pointwise must be a positive int"):
+    with pytest.raises(ValueError, match="max_pointwise must be None or a positive int"):
         diagnostics.from_mcmc(mcmc, gp, X, y, max_pointwise=0)
 
 

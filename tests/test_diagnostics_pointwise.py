@@ -42,7 +42,7 @@ def test_thinned_pointwise_groups_hold_the_kept_draws_values():
         zy.append((idata.posterior_predictive["y"].sel(draw=d).values[0] - f) / np.sqrt(s["likelihood_variance"]))
     for z in (np.ravel(zf), np.ravel(zy)):
         assert abs(z.mean()) < 5 / np.sqrt(z.size) and abs(z.var() - 1) < 5 * np.sqrt(2 / z.size)
-    with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):
+    with pytest.raises(ValueError, match="max_pointwise must be None or a positive integer, got 0"):
         diagnostics.from_svi(params_of(gp), gp, X, y, max_pointwise=0)
 
 
@@ -110,7 +110,7 @@ def test_from_mcmc_of_a_users_own_model_thins_its_log_likelihood_under_max_point
             diagnostics.from_mcmc(mcmc, model, coords={"obs": x[:-1]}, dims=dims, max_pointwise=cap)
     off = diagnostics.from_mcmc(mcmc, model, log_likelihood=False, max_pointwise=10)
     assert "log_likelihood" not in off.groups()
-    with pytest.raises(ValueError, match="max_pointwise must be a positive int or None, got 0"):
+    with pytest.raises(ValueError, match="max_pointwise must be None or a positive integer, got 0"):
         diagnostics.from_mcmc(mcmc, model, max_pointwise=0)
 
 

@@ -158,7 +158,7 @@ def test_periodic_gram_and_fourier_series(lengthscale):
 
 
 def test_periodic_bad_hyperparameters():
-    with pytest.raises(ValueError, match="period must be a scalar"):
+    with pytest.raises(ValueError, match="period must be positive and finite \\(a number"):
         K.Periodic(1.0, 1.0, np.ones(2))
     with pytest.raises(ValueError):
         K.Periodic(-1.0, 1.0, 1.0)

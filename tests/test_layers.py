@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ppl_sparsegp"
 # approximations, Stein inference, diagnostics.
 FLOORS = {
     "_version": 0, "_quadrature": 0, "numpyro_internals": 0, "parameters": 0, "datasets": 0, "sharding": 0,
+    "validation": 0,
     "linalg": 1, "grid": 1, "likelihoods": 1, "covariances": 1,
     "kernels": 2, "gaussian": 2,
     "groups": 3,

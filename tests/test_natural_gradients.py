@@ -367,7 +367,7 @@ def test_gamma_schedule_values():
     g = np.asarray(jax.vmap(gamma_schedule(1e-3, 0.4, 6, floor=0.1))(t))
     np.testing.assert_allclose(g, np.where(t <= 6, 1e-3 * (0.4 / 1e-3) ** (np.minimum(t, 6) / 6),
                                            np.maximum(1 / (t - 6 + 2.5), 0.1)), rtol=1e-12)
-    for bad, match in [({"kappa": 0.5}, "kappa"), ({"tau": 0.0}, "tau"), ({"peak": 1.5}, "start and end"),
+    for bad, match in [({"kappa": 0.5}, "kappa"), ({"tau": 0.0}, "tau"), ({"peak": 1.5}, "peak"),
                        ({"ramp_steps": -1}, "ramp_steps"), ({"ramp_steps": 2.5}, "ramp_steps"),
                        ({"floor": 0.6}, "floor"), ({"floor": -0.1}, "floor")]:
         with pytest.raises(ValueError, match=match):

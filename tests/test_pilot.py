@@ -110,7 +110,7 @@ def test_pilot_reads_a_mean_function_as_the_numpy_array():
 
     forms = {"function": lambda t: jnp.stack([jnp.ones_like(t), t / 10], -1),
              "array": np.stack([np.ones(N), XS / 10], 1)}
-    chosen = {form: psg.choose_features(with_mean, XS, YS, basis, starts=1, refine=1, maxiter=40)
+    chosen = {form: psg.choose_features(with_mean, XS, YS, basis, starts=1, refine=1, num_steps=40)
               for form, basis in forms.items()}
     assert chosen["function"]["f"].num_frequencies == chosen["array"]["f"].num_frequencies
     got, ref = (chosen[form].info["modes"][0]["gps"]["f"] for form in ("function", "array"))

@@ -239,7 +239,7 @@ def saved(tmp_path_factory):
         {"__object__": "ppl_sparsegp.saving.save_fit"}), r"'ppl_sparsegp.saving.save_fit' is not a class"),
     (lambda h: h["params"].pop("f_v_loc"), r"the params do not match the approximation's guide: .*missing 'f_v_loc'"),
     (lambda h: h["model"]["args"].update(residual="bogus"),
-     r"model: SparseGP\(...\) refused the saved arguments \(residual must be one of"),
+     r"model: SparseGP\(...\) refused the saved arguments \(SparseGP.residual must be one of"),
 ])
 def test_incompatible_files_raise_clearly(saved, tmp_path, edit, message):
     path = tmp_path / "edited.npz"

@@ -137,8 +137,8 @@ def test_enough_degrees_give_the_exact_gp_and_the_noise():
     (dict(X=np.zeros((10, 3))), r"X must have shape \(N, 2\)"),
     (dict(y=np.zeros(9)), r"y must have shape \(10,\)"),
     (dict(subsample=0), "subsample must be an integer >= 2"),
-    (dict(num_steps=1.5), "num_steps must be an integer"),
-    (dict(chunk_size=0), "chunk_size must be an integer"),
+    (dict(num_steps=1.5), "num_steps must be a positive integer"),
+    (dict(chunk_size=0), "chunk_size must be a positive integer"),
     (dict(X=np.full((10, D), np.nan)), "NaN"),
 ])
 def test_bad_arguments_name_the_argument(change, match):

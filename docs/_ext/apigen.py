@@ -25,7 +25,7 @@ PACKAGE = "ppl_sparsegp"
 SECTIONS = [
     ("The package", ["ppl_sparsegp"]),
     ("Kernels, likelihoods and templates", ["ppl_sparsegp.kernels", "ppl_sparsegp.likelihoods",
-                                            "ppl_sparsegp.parameters", "ppl_sparsegp.grid",
+                                            "ppl_sparsegp.parameters", "ppl_sparsegp.validation", "ppl_sparsegp.grid",
                                             "ppl_sparsegp.groups"]),
     ("Features", ["ppl_sparsegp.features"]),
     ("Approximations, q families and primitives", ["ppl_sparsegp.approximations"]),

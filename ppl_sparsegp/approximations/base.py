@@ -6,6 +6,8 @@ Site names: ``kernel_<field>`` (``kernel_<d>_<field>`` for additive/product kern
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -21,7 +23,10 @@ from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
 from ..sharding import is_distributed, local_blocks
+from ..validation import AFeature, AKernel, ALikelihood, AName, OrNone, validated
 from .common import require_params, require_samples
+
+_LIKELIHOOD = ALikelihood.__metadata__[0]
 
 __all__ = ["GPModel"]
 
@@ -50,7 +55,9 @@ class GPModel:
     :param name: name of the latent function (prefix of the inducing site).
     """
 
-    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f"):
+    @validated
+    def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
+                 mean=0.0, *, name: AName = "f"):
         if not isinstance(feature, InducingFeature):
             raise TypeError(f"feature must be an InducingFeature, got {type(feature).__name__}")
         if not isinstance(kernel, Kernel):

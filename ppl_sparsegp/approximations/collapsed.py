@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -48,8 +49,11 @@ from ..likelihoods import Gaussian
 from ..linalg import Dense
 from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
+from ..validation import AFeature, AKernel, ALikelihood, AName, InstanceOf, OrNone, validated
 from .base import GPModel, check_targets
 from .common import require, site_names
+
+_LIKELIHOOD = ALikelihood.__metadata__[0]
 
 __all__ = ["CollapsedGP", "collapsed_elbo", "collapsed_elbo_from_stats", "optimal_whitened_q",
            "exact_log_marginal_likelihood", "capacitance_cholesky", "woodbury_log_density"]
@@ -177,8 +181,10 @@ class CollapsedGP(GPModel):
         <ppl_sparsegp.features.InducingFeature.check_kernel>`).
     """
 
-    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, name: str = "f",
-                 statistics: SufficientStatistics | None = None):
+    @validated
+    def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
+                 mean=0.0, *, name: AName = "f",
+                 statistics: Annotated[Any, OrNone(InstanceOf(SufficientStatistics))] = None):
         super().__init__(feature, kernel, likelihood, mean, name=name)
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError("CollapsedGP needs a Gaussian likelihood; use SparseGP for "

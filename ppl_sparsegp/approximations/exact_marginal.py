@@ -28,7 +28,11 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution, constraints
 
-__all__ = ["ExactMarginalGaussian"]
+__all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS"]
+
+#: The default cap on N of ``marginal_spectral_gp(..., exact=True)`` (an N x N float64 covariance of 0.8 GB,
+#: and its Cholesky factor as much again, O(N^3) per gradient).
+MAX_EXACT_ROWS = 10_000
 
 
 class ExactMarginalGaussian(Distribution):
@@ -85,6 +89,30 @@ def _dense_loo(C, r):
     cbar = jnp.diagonal(Cinv)
     g = Cinv @ r
     return -0.5 * math.log(2 * math.pi) + 0.5 * jnp.log(cbar)[:, None] - 0.5 * g**2 / cbar[:, None]
+
+
+def check_exact_size(name, named, X, max_exact_rows):
+    """Refuse, before any N × N matrix is built, more rows than ``max_exact_rows`` (naming N, the memory of
+    the dense covariance and the alternatives) and a kernel whose input dimensions are not X's (naming the
+    GP and the kernel, not the kernel's internal arguments)."""
+    N, D = int(X.shape[0]), int(X.shape[1])
+    if max_exact_rows is not None and N > max_exact_rows:
+        gib = N * N * 8 / 2**30
+        raise ValueError(f"marginal_spectral_gp({name!r}, exact=True): N = {N} rows need an N × N float64 covariance "
+                         f"of {gib:.3g} GiB (its Cholesky factor as much again; O(N³) = {float(N) ** 3:.2g} flops per "
+                         f"gradient), above max_exact_rows = {max_exact_rows}. Alternatives: the spectral features "
+                         "(exact=False; sized from the data by choose_features), the exact GP on a random subsample "
+                         f"of at most {max_exact_rows} rows, or max_exact_rows=None (or larger) if the memory and time "
+                         "are affordable")
+    for gp_name, _, kernel in named:
+        try:
+            dim = getattr(kernel, "input_dim", None)
+        except (TypeError, AttributeError):  # a template: its lengthscale a prior (sized when sampled)
+            dim = None
+        if isinstance(dim, int) and dim != D:
+            raise ValueError(f"marginal_spectral_gp({name!r}, exact=True): X has {D} input dimension(s) (shape "
+                             f"{tuple(X.shape)}) but the kernel of {gp_name!r} ({type(kernel).__name__}) has {dim}: "
+                             f"give X of shape (N, {dim}) or a kernel with {D} lengthscales (or one)")
 
 
 def exact_covariance(kernels, X, noise_variance, H=None, L=None):

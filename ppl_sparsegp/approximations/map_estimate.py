@@ -14,6 +14,7 @@ SciPy's L-BFGS-B and a jitted value-and-gradient.
 from __future__ import annotations
 
 import time
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +24,9 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 
 from ..parameters import as_rng_key
+from ..validation import Count, InstanceOf, IsCallable, OrNone, RngKey, validated
+
+_SITES = InstanceOf(dict, what="a dict {site name: NumPyro prior} (gp.hyperparameter_sites())")
 
 __all__ = ["map_lbfgs", "prior_medians"]
 
@@ -38,8 +42,12 @@ def prior_medians(sites: dict, rng_key=0, num: int = 101) -> dict:
     return {k: jnp.median(p.sample(key, (num,)), axis=0) for key, (k, p) in zip(keys, sites.items())}
 
 
-def map_lbfgs(model, sites: dict, *, model_args=(), model_kwargs=None, init: dict | None = None,
-              num_steps: int = 500, rng_key=0):
+@validated
+def map_lbfgs(model: Annotated[Any, IsCallable()], sites: Annotated[dict, _SITES], *,
+              model_args: Annotated[Any, InstanceOf(tuple, list, what="a tuple of the model's positional arguments")]
+              = (), model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+              init: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, num_steps: Count = 500,
+              rng_key: RngKey = 0):
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
 
     :param model: a NumPyro model whose only latent sites are ``sites`` (e.g. ``CollapsedGP.model``).

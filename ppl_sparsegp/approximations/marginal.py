@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,9 +65,16 @@ from ..linalg.woodbury import (
     woodbury_log_density,
 )
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
+from ..validation import Flag, InstanceOf, MaybeCount, validated
 from . import own_model_checks
 from .common import as_inputs as _as_inputs, project as _project, require_model as _require_model
-from .exact_marginal import ExactMarginalGaussian, exact_conditional_draw, exact_covariance
+from .exact_marginal import (
+    MAX_EXACT_ROWS,
+    ExactMarginalGaussian,
+    check_exact_size,
+    exact_conditional_draw,
+    exact_covariance,
+)
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
 
@@ -361,8 +368,10 @@ def _statistics(parts, y, H):
         return _Statistics(A, root, Psi_y, yy, n, Psi_t @ H, H.T @ yt, H.T @ H)
 
 
-def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, mean_prior=None, X_new=None,
-                         mean_basis_new=None, exact: bool = False):
+@validated
+def marginal_spectral_gp(name: Annotated[str, InstanceOf(str, what="a string (the observed site's name)")], gps, X, y,
+                         noise_scale, *, mean_basis=None, mean_prior=None, X_new=None, mean_basis_new=None,
+                         exact: Flag = False, max_exact_rows: MaybeCount = MAX_EXACT_ROWS):
     r"""Observe y as Gaussian noise around one or several spectral GPs (and a parametric mean), with the
     inducing variables integrated out exactly; under ``Predictive`` with ``X_new``, draw each GP there.
 
@@ -405,6 +414,9 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
         (:class:`~ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian`),
         O(N³) per gradient (N up to a few thousand: run it on a subsample); the features are ignored (a
         pair may be ``(None, kernel)``) and the draws at ``X_new`` come from the exact conditional.
+    :param max_exact_rows: with ``exact=True``, the most rows N the dense covariance is built for (default
+        10 000: an N × N float64 matrix of 0.8 GB, its Cholesky factor as much again, O(N³) per gradient);
+        more raise a ``ValueError`` naming N, the memory and the alternatives. None: no cap.
     :returns: None, or with ``X_new`` a dict ``{gp name: f_new, name: the sum}`` of arrays (..., N_new).
     :raises ValueError: for bad shapes or values (naming the argument; ``mean_basis(X)`` for the function's
         value), a mean basis without its prior or whose width differs from the prior's or mean_basis_new's,
@@ -421,6 +433,7 @@ def marginal_spectral_gp(name: str, gps, X, y, noise_scale, *, mean_basis=None, 
     own_model_checks.check_marginal_gps(name, named, exact=exact)
     X, y, s2 = _checked_data(name, X, y, noise_scale)
     if exact:
+        check_exact_size(name, named, X, max_exact_rows)
         return _exact_model(name, named, X, y, s2, (mean_basis, mean_prior, mean_basis_new), X_given, X_new)
 
     parts, gp_models = _gp_parts(named, X)

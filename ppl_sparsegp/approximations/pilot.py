@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +69,7 @@ from numpyro.infer.util import log_density
 
 from ..features.base import TooManyFeatures, refined_features
 from ..parameters import is_concrete
+from ..validation import Count, IsCallable, NonNegative, NonNegativeInt, Positive, Real, validated
 from .map_estimate import map_lbfgs
 
 __all__ = ["choose_features", "ChosenFeatures"]
@@ -227,9 +230,11 @@ def _mode_record(model, args, kwargs, sites, values, log_joint, z):
     return {"log_joint": log_joint, "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
 
 
-def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: float = 0.05,
-                    noise_fraction: float = 0.01, log_mass_gap: float = math.log(100.0), num_steps: int = 200,
-                    max_features: int = MAX_FEATURES, **kwargs) -> ChosenFeatures:
+@validated(forwards_to="model")
+def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annotated[int, NonNegativeInt()] = 2,
+                    starts: Count = 5, quantile: Annotated[float, Real(0.0, 0.5, low_open=True, high_open=True)] = 0.05,
+                    noise_fraction: Positive = 0.01, log_mass_gap: NonNegative = math.log(100.0),
+                    num_steps: Count = 200, max_features: Count = MAX_FEATURES, **kwargs) -> ChosenFeatures:
     r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
     the data (module docstring): every GP's features, by its family's size rule, resolving what the data
     support at a tolerance set by the noise, their domain kept (VFF's box from the prior). Families with a
@@ -255,7 +260,8 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         tiny and a size rule can ask for a huge set; the fit that follows then needs an M' × M' Cholesky
         per gradient, O(M'³) time and M'² memory (2 000 features: 32 MB in float64 and ~2.7 GFLOP per
         factorisation), so a larger choice is refused rather than built silently.
-    :param kwargs: the model's keyword arguments.
+    :param kwargs: the model's keyword arguments (a keyword that is neither an option above nor a parameter
+        of the model is refused, naming the closest option).
     :returns: a :class:`ChosenFeatures` ``{gp name: feature}`` with the pilot's record in ``.info``.
     :raises ValueError: for a model with latent functions or without ``marginal_spectral_gp``, bad options,
         or ``refine`` > 0 with features of a family that has no ``refined()`` (inducing points).
@@ -264,19 +270,12 @@ def choose_features(model, *args, refine: int = 2, starts: int = 5, quantile: fl
         O(M'³) cost is affordable, a larger ``noise_fraction``, or another family); and, before any
         fit, when a GP's features refined ``refine`` times (the pilot's) exceed it.
     :raises FloatingPointError: where the log joint's Hessian at an optimum is not finite.
+    :warns UserWarning: when L-BFGS stops short (``num_steps`` iterations) at a start: the modes are then
+        read from points that are not optima; raise ``num_steps``.
 
     The pilot runs in float64 (``jax.enable_x64``) whatever the user's setting: it is small, and what it
     returns (feature sizes) is static.
     """
-    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
-        raise ValueError(f"refine must be a non-negative integer, got {refine!r}")
-    if isinstance(starts, bool) or not isinstance(starts, int) or starts < 1:
-        raise ValueError(f"starts must be a positive integer, got {starts!r}")
-    if isinstance(max_features, bool) or not isinstance(max_features, (int, np.integer)) or max_features < 1:
-        raise ValueError(f"max_features must be a positive integer, got {max_features!r}")
-    if not 0 < quantile < 0.5 or not 0 < noise_fraction:
-        raise ValueError(f"quantile must be in (0, 0.5) and noise_fraction positive, got {quantile!r}, "
-                         f"{noise_fraction!r}")
     with jax.enable_x64(True):  # the pilot computes in float64 whatever the user's setting (see below)
         return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, num_steps,
                        int(max_features))
@@ -297,6 +296,7 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
         optima = []
         for init in _starts(sites, starts):
             values, info = map_lbfgs(model, sites, model_args=args, model_kwargs=kwargs, init=init, num_steps=num_steps)
+            _warn_short(info, num_steps)
             optima.append((-float(info["neg_log_joint"]), values))
         distinct, seen = [], []
         for lj, values in sorted(optima, key=lambda o: -o[0]):
@@ -312,6 +312,16 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     out.info = {"modes": modes, "needed": needed, "kept": kept, "starts": starts, "refine": refine,
                 "hyperparameters": sorted(base_sites)}
     return out
+
+
+def _warn_short(info, num_steps):
+    """Warn when L-BFGS stopped at its iteration limit (not at an optimum): the modes, their Laplace
+    masses and lengthscale quantiles are then read from a point that is not one."""
+    if not info["success"] and info["iterations"] >= num_steps:
+        warnings.warn(f"choose_features: L-BFGS stopped short after num_steps={num_steps} iterations "
+                      f"({info['message']}), "
+                      "not at an optimum: the features are chosen from a point that is not a mode; raise num_steps "
+                      "(the default is 200)", UserWarning, stacklevel=4)
 
 
 def _check_refinable(given, refine, max_features):

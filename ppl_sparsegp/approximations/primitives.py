@@ -49,14 +49,16 @@ from ..gaussian import StructuredNormal
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
+from ..validation import AName, Flag, validated
 from . import own_model_checks
 from .common import as_inputs, project, require_model
-from .variational import resolve_q_family
+from .variational import QFamily, resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
 
 
-def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None):
+@validated
+def inducing_prior(name: AName, feature, kernel, *, whiten: Flag = True, Kmm=None):
     r"""Sample the inducing variables: site ``f"{name}_v"`` (whitened) or ``f"{name}_u"`` (centred).
 
     Whitened, :math:`\mathbf v\sim\mathcal N(0, I_{M'})` (with :math:`\mathbf u = R\mathbf v`, R the square
@@ -86,8 +88,11 @@ def inducing_prior(name: str, feature, kernel, *, whiten: bool = True, Kmm=None)
     return numpyro.sample(f"{name}_u", StructuredNormal(jnp.zeros(Kmm.size, dtype), Kmm), infer=infer), Kmm
 
 
-def spectral_gp(name: str, feature, kernel, X, *, X_new=None, whiten: bool = True,
-                return_variance: bool = False, batched_kernel: bool = False):
+
+
+@validated
+def spectral_gp(name: AName, feature, kernel, X, *, X_new=None, whiten: Flag = True,
+                return_variance: Flag = False, batched_kernel: Flag = False):
     r"""Add a latent GP with the given inducing features to the current model; return f(X).
 
     Contract: the returned f is the projected process :math:`K_{fu}K_{uu}^{-1}\mathbf u` (a deterministic
@@ -221,7 +226,10 @@ def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
     return map_rows(lambda Xs: project(feature, kernel, Xs, value, whiten, Kmm), X, out_rows=(lead, 0))
 
 
-def inducing_guide(name: str, feature, kernel, *, whiten: bool = True, q_cov="auto", Kmm=None):
+
+
+@validated
+def inducing_guide(name: AName, feature, kernel, *, whiten: Flag = True, q_cov: QFamily = "auto", Kmm=None):
     """The variational q over :func:`inducing_prior`'s site, for the user's own guide: a Gaussian from a
     q family (``"auto"``, ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable, see
     :mod:`~ppl_sparsegp.approximations.variational`) with params ``<site>_loc`` etc., initialised at the

@@ -25,6 +25,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,10 +40,23 @@ from ..gaussian import StructuredNormal, gaussian_kl
 from ..kernels import check_inputs
 from ..linalg import BlockDiag, Identity
 from ..sharding import map_rows
+from ..validation import (
+    AFeature,
+    AKernel,
+    ALikelihood,
+    AName,
+    Flag,
+    MaybeCount,
+    OneOf,
+    OrNone,
+    validated,
+)
 from .base import GPModel
 from .common import require_params, require_samples
 from .primitives import inducing_prior
-from .variational import q_cov_name, resolve_q_family
+from .variational import QFamily, q_cov_name, resolve_q_family
+
+_LIKELIHOOD = ALikelihood.__metadata__[0]
 
 __all__ = ["SparseGP"]
 
@@ -83,9 +98,11 @@ class SparseGP(GPModel):
 
     RESIDUALS = ("expected", "marginal", "none")
 
-    def __init__(self, feature, kernel, likelihood=None, mean=0.0, *, whiten: bool = True,
-                 q_cov="auto", residual: str = "expected", num_latent_gps: int | None = None,
-                 name: str = "f"):
+    @validated
+    def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
+                 mean=0.0, *, whiten: Flag = True, q_cov: QFamily = "auto",
+                 residual: Annotated[str, OneOf("expected", "marginal", "none")] = "expected",
+                 num_latent_gps: MaybeCount = None, name: AName = "f"):
         super().__init__(feature, kernel, likelihood, mean, name=name)
         if residual not in self.RESIDUALS:
             raise ValueError(f"residual must be one of {self.RESIDUALS}, got {residual!r}")

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -69,6 +70,7 @@ from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sa
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
 from ..parameters import initial_value, instantiate
+from ..validation import AKernel, ALikelihood, AName, MaybeCount, OneOf, OrNone, validated
 from .base import GPModel
 from .collapsed import optimal_whitened_q
 from .common import require, site_names
@@ -204,8 +206,10 @@ class SparseSpectrumGP(GPModel):
         :class:`~ppl_sparsegp.approximations.base.GPModel`).
     """
 
-    def __init__(self, kernel, likelihood=None, mean=0.0, *, frequencies=None, num_frequencies=None,
-                 input_dim=None, init: str = "qmc", name: str = "f"):
+    @validated
+    def __init__(self, kernel: AKernel, likelihood: Annotated[Any, OrNone(ALikelihood.__metadata__[0])] = None,
+                 mean=0.0, *, frequencies=None, num_frequencies: MaybeCount = None, input_dim: MaybeCount = None,
+                 init: Annotated[str, OneOf("qmc", "mc", "orf")] = "qmc", name: AName = "f"):
         if frequencies is None:
             if num_frequencies is None or input_dim is None:
                 raise ValueError("give frequencies, or num_frequencies and input_dim for the kernel's "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,7 @@ from ..features.spherical import SphericalHarmonicFeatures, spherical_statistics
 from ..kernels import Zonal, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..parameters import as_rng_key, is_concrete
+from ..validation import ArrayOf, Count, InstanceOf, Integer, OrNone, Real, RngKey, validated
 from .collapsed import CollapsedGP, collapsed_elbo_from_stats
 from .map_estimate import map_lbfgs
 
@@ -145,8 +147,17 @@ def _numpy_generator(rng_key):
     return np.random.default_rng(np.asarray(jax.random.key_data(as_rng_key(rng_key))))
 
 
-def fit_spherical(feature, kernel, likelihood, X, y, *, map_feature=None, subsample: int = 5000,
-                  num_steps: int = 200, chunk_size: int = 8192, mean=0.0, rng_key=0) -> SphericalFit:
+_SHF = InstanceOf(SphericalHarmonicFeatures, what="SphericalHarmonicFeatures")
+
+
+@validated
+def fit_spherical(feature: Annotated[Any, _SHF], kernel: Annotated[Any, InstanceOf(Zonal, what="a Zonal kernel")],
+                  likelihood: Annotated[Any, InstanceOf(Gaussian, what="Gaussian (the collapsed bound's)")],
+                  X: Annotated[Any, ArrayOf(rank=2, read=False)], y: Annotated[Any, ArrayOf(rank=1, read=False)], *,
+                  map_feature: Annotated[Any, OrNone(_SHF)] = None, subsample: Annotated[int, Integer(2)] = 5000,
+                  num_steps: Count = 200,
+                  chunk_size: Count = 8192, mean: Annotated[float, Real()] = 0.0,
+                  rng_key: RngKey = 0) -> SphericalFit:
     r"""Fit spherical harmonic features to N rows (up to millions) by the collapsed bound: the input map from a
     subsample MAP, the one-pass statistics of all rows, L-BFGS on the rest at O(M³) per step [1].
 

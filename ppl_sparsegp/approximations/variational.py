@@ -10,11 +10,14 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax.numpy as jnp
 import numpyro
 from numpyro.distributions import constraints
 
 from ..linalg import BlockDiag, Dense, Diagonal, Kronecker, KroneckerSum, StackedBlockDiag
+from ..validation import AnyOf, IsCallable, OneOf
 
 __all__ = ["full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
            "default_family", "resolve_q_family"]
@@ -132,6 +135,9 @@ def two_kronecker_covariance(name, dim, Kmm, whiten):
         Js.append(numpyro.param(f"{name}_J{d}", init_J))
     return loc, KroneckerSum(tuple(Ls), tuple(Js))
 
+
+#: a q family: a name of :data:`_FAMILIES` ("auto" too) or a callable (name, dim, Kmm, whiten) -> (loc, operator)
+QFamily = Annotated[Any, AnyOf(OneOf("auto", "full", "diag", "block-diag", "two-kron"), IsCallable())]
 
 _FAMILIES = {"full": full_covariance, "diag": diagonal_covariance, "block-diag": block_diagonal_covariance,
              "two-kron": two_kronecker_covariance}

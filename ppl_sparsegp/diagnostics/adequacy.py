@@ -3,6 +3,7 @@ posterior draw, and the fix when too much."""
 from __future__ import annotations
 
 import warnings
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -11,13 +12,35 @@ import xarray as xr
 
 from ..grid import Grid
 from ..kernels import check_inputs
-from .prediction import _thin, posterior_samples, svi_params
+from ..validation import (
+    AName,
+    AnyOf,
+    ArrayOf,
+    InstanceOf,
+    IsCallable,
+    MaybeCount,
+    OrNone,
+    Samples,
+    Tolerance,
+    validated,
+)
+from .prediction import _thin, check_chain_grouping, check_draw_counts, posterior_samples, svi_params
 
 __all__ = ["adequacy", "add_adequacy"]
 
 
-def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params: dict | None = None,
-             tolerance: float = 0.05, max_draws: int | None = 500) -> dict:
+_GP_OR_FEATURE = InstanceOf("ppl_sparsegp.approximations.base.GPModel", "ppl_sparsegp.features.base.InducingFeature",
+                            what="a fitted approximation (SparseGP, CollapsedGP, ...) or a feature")
+_INPUTS = AnyOf(ArrayOf(rank=(1, 2)), InstanceOf("ppl_sparsegp.grid.Grid"))
+_RESULT = InstanceOf(dict, what="the dict that adequacy(...) or refinement_check(...) returned")
+_IDATA = InstanceOf("arviz.InferenceData", what="the fit's arviz.InferenceData (from_mcmc, from_svi)")
+
+
+@validated
+def adequacy(gp_or_feature: Annotated[Any, _GP_OR_FEATURE], samples: Samples, X: Annotated[Any, _INPUTS], *,
+             kernel: Annotated[Any, OrNone(IsCallable())] = None, name: AName = "f",
+             params: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, tolerance: Tolerance = 0.05,
+             max_draws: MaybeCount = 500) -> dict:
     r"""How much of the prior variance at the data the features miss, per posterior draw.
 
     For each draw θ_s of the hyperparameters the residual fraction
@@ -54,11 +77,13 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
     if hasattr(samples, "posterior"):
         params = svi_params(samples) if params is None else params
         samples = posterior_samples(samples)
-    if not samples:
-        raise ValueError("samples is empty")
-    flat = _thin({k: jnp.asarray(v) for k, v in samples.items()}, max_draws)
+    if not hasattr(samples, "items") or not samples:
+        raise ValueError("adequacy: samples is empty or not a dict: pass mcmc.get_samples() or the fit's InferenceData")
+    draws = check_draw_counts({k: jnp.asarray(v) for k, v in samples.items()}, "adequacy")
+    flat = _thin(draws, max_draws)
     X = X if isinstance(X, Grid) else check_inputs(jnp.asarray(X)[:, None] if jnp.ndim(X) == 1 else X, "X")
     parts, feature, hyper = _draw_parts(gp_or_feature, kernel, name, params)
+    _require_sites(gp_or_feature, kernel, name, flat, params)
     r = _residual_fractions(parts, flat, X, hyper)
     med, q95 = float(np.median(r)), float(np.quantile(r, 0.95))
     ok = med <= tolerance
@@ -68,8 +93,33 @@ def adequacy(gp_or_feature, samples, X, *, kernel=None, name: str = "f", params:
         message = f"adequate: {summary}"
     else:
         message = f"inadequate: {summary}; {_advice(feature, gp_or_feature, flat, X, kernel, name, tolerance)}"
-    return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message}
+    return {"residual_fraction": r, "median": med, "q95": q95, "ok": bool(ok), "message": message,
+            "num_draws": int(next(iter(draws.values())).shape[0])}
 
+
+def _require_sites(gp_or_feature, kernel, name, flat, params):
+    """Refuse draws that lack a site the kernel or the features need (the check would otherwise draw it
+    from its prior and judge a fit it never saw), naming the sites and the prefix looked for, and draws
+    grouped by chain (one axis more than each site's shape)."""
+    from ..approximations.base import GPModel
+    from ..parameters import free_sites
+
+    if isinstance(gp_or_feature, GPModel):
+        needed = {**free_sites(gp_or_feature.kernel, "kernel_"), **free_sites(gp_or_feature.feature, "feature_")}
+        given = set(flat) | set(gp_or_feature.point_values(params or {}))
+        prefix, fix = "kernel_ / feature_", "pass the fit's draws (mcmc.get_samples()) or its params= (SVI)"
+    elif kernel is not None and not (callable(kernel) and not hasattr(kernel, "diag")):
+        needed, given = free_sites(kernel, f"{name}_kernel_"), set(flat)
+        prefix = f"{name}_kernel_"
+        fix = (f"pass the draws of the fit and the name= given to spectral_gp (the sites are {prefix}<field>; the "
+               f"draws hold {sorted(flat)})")
+    else:  # a callable draw -> kernel: the sites it reads are its own business
+        return
+    missing = sorted(k for k in needed if k not in given)
+    if missing:
+        raise ValueError(f"adequacy: samples lacks the site(s) {missing} the kernel/features need (looked for the "
+                         f"prefix {prefix!r}; samples has {sorted(flat)}): {fix}")
+    check_chain_grouping(flat, {k: tuple(p.shape()) for k, p in needed.items()}, "adequacy")
 
 def _draw_parts(gp_or_feature, kernel, name, params):
     """``(parts, feature, hyper)``: ``parts(draw) -> (feature, kernel)`` concrete for one draw, the feature
@@ -119,7 +169,8 @@ def _residual_fractions(parts, flat, X, hyper):
     return np.full(S, r[0]) if same else r
 
 
-def add_adequacy(idata, result: dict):
+@validated
+def add_adequacy(idata: Annotated[Any, _IDATA], result: Annotated[dict, _RESULT]):
     """Store an :func:`adequacy` or a :func:`~ppl_sparsegp.diagnostics.refinement_check` result in
     ``idata`` as the group ``adequacy``: the residual check's ``residual_fraction`` (dim
     ``adequacy_draw``) and its summary (``median``, ``q95``, ``ok``, ``message``) as attributes; the
@@ -131,6 +182,7 @@ def add_adequacy(idata, result: dict):
     :raises TypeError: when ``result`` is not a dict; ``ValueError`` when it lacks keys of either result.
     """
     _check_result(result)
+    _check_idata(idata, result)
     old = getattr(idata, "adequacy", None)
     if "k_hat" in result:  # a refinement check
         shifts = {**result["shift_is"], **result["shift_refit"]}
@@ -169,6 +221,23 @@ def _check_result(result):
     if missing:
         raise ValueError(f"add_adequacy: result lacks {missing} of a {which} result (it has {sorted(result)}): pass "
                          f"the dict {which}(...) returned, unchanged")
+
+
+def _check_idata(idata, result):
+    """Refuse an ``idata`` that is not an InferenceData, and a result computed from another number of draws
+    than its posterior holds (another fit's result)."""
+    if not (hasattr(idata, "add_groups") and hasattr(idata, "groups")):
+        raise TypeError(f"add_adequacy: idata must be the fit's arviz.InferenceData (from_mcmc, from_svi), got "
+                        f"{type(idata).__name__}; a dict of samples has no groups to store the result in")
+    post = getattr(idata, "posterior", None)
+    if post is None or "num_draws" not in result:
+        return
+    sizes = dict(post.sizes)
+    held = int(sizes.get("chain", 1)) * int(sizes.get("draw", 1))
+    if int(result["num_draws"]) != held:
+        raise ValueError(f"add_adequacy: the result was computed from {result['num_draws']} draws but this "
+                         f"InferenceData's posterior holds {held} (chain × draw): it is another fit's result; run "
+                         "the check on this fit (adequacy(gp, idata, X) / refinement_check(model, idata, ...))")
 
 
 def _advice(feature, gp_or_feature, flat, X, kernel, name, tolerance) -> str:

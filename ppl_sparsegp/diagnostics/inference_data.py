@@ -14,6 +14,7 @@ References:
 from __future__ import annotations
 
 import warnings
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +25,7 @@ from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
 from ..grid import Grid
 from ..numpyro_internals import mcmc_run_arguments
+from ..validation import Count, Flag, InstanceOf, Key, MaybeCount, OrNone, validated
 from ._arviz import _quiet_arviz, az
 from .traces import model_trace
 
@@ -117,8 +119,12 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     return idata
 
 
-def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs=None, coords=None, dims=None, predictive=True,
-              log_likelihood=True, rng_key=None, max_pointwise: int | None = None) -> az.InferenceData:
+@validated
+def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+              coords: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+              dims: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, predictive: Flag = True,
+              log_likelihood: Flag = True, rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None,
+              max_pointwise: MaybeCount = None) -> az.InferenceData:
     """InferenceData from a finished :class:`numpyro.infer.MCMC` run of ``gp.model``.
 
     ``sample_stats`` holds whatever extra fields the run collected (pass e.g.
@@ -309,9 +315,13 @@ MAX_POINTWISE = 20_000_000
 _BLOCK_VALUES = 4_000_000
 
 
-def from_svi(svi_result_or_params, gp, X, y, *, num_samples: int = 1000, model_kwargs=None, coords=None,
-             dims=None, predictive=True, log_likelihood=True, rng_key=None,
-             max_pointwise: int | None = MAX_POINTWISE) -> az.InferenceData:
+@validated
+def from_svi(svi_result_or_params, gp, X, y, *, num_samples: Count = 1000,
+             model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+             coords: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
+             dims: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, predictive: Flag = True,
+             log_likelihood: Flag = True, rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None,
+             max_pointwise: MaybeCount = MAX_POINTWISE) -> az.InferenceData:
     r"""InferenceData from an SVI fit of ``gp.model`` / ``gp.guide``: one chain of guide draws.
 
     ``posterior`` holds ``num_samples`` draws of every latent site from the guide (the point-estimated

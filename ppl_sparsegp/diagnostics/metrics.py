@@ -6,14 +6,21 @@ NLPD + log s per point.
 from __future__ import annotations
 
 import math
+from typing import Annotated, Any
 
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from ..validation import ArrayOf, Flag, Positive, validated
+
+#: arrays of finite numbers (targets, predictive moments)
+Values = Annotated[Any, ArrayOf()]
+
 __all__ = ["rmse", "nlpd", "mixture_nlpd", "mixture_metrics", "categorical_nlpd"]
 
 
-def rmse(y, mean, *, y_scale: float = 1.0) -> float:
+@validated
+def rmse(y: Values, mean: Values, *, y_scale: Positive = 1.0) -> float:
     r"""Root mean squared error :math:`s\sqrt{\frac1N\sum_n (y_n - m_n)^2}`.
 
     :param y: targets (N,); ``mean``: predictive means (N,), on the same (standardised) scale.
@@ -23,7 +30,8 @@ def rmse(y, mean, *, y_scale: float = 1.0) -> float:
     return float(np.sqrt(np.mean((y - mean) ** 2))) * y_scale
 
 
-def nlpd(y, mean, var, *, y_scale: float = 1.0) -> float:
+@validated
+def nlpd(y: Values, mean: Values, var: Values, *, y_scale: Positive = 1.0) -> float:
     r"""Mean negative log density of Gaussian predictives,
     :math:`\frac1N\sum_n \tfrac12\big(\log 2\pi v_n + (y_n - m_n)^2/v_n\big) + \log s`.
 
@@ -34,7 +42,9 @@ def nlpd(y, mean, var, *, y_scale: float = 1.0) -> float:
     return float(np.mean(0.5 * (np.log(2 * np.pi * var) + (y - mean) ** 2 / var))) + math.log(y_scale)
 
 
-def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool = False) -> float:
+@validated
+def mixture_nlpd(y: Values, mean_draws: Values, var_draws: Values, *, y_scale: Positive = 1.0,
+                 joint: Flag = False) -> float:
     r"""NLPD of an equally weighted mixture of S Gaussian predictives (``mean_draws``, ``var_draws``: (S, N)).
 
     Per point (default): :math:`-\frac1N\sum_n\log\frac1S\sum_s\mathcal N(y_n\mid m_{sn}, v_{sn}) + \log s`;
@@ -54,7 +64,8 @@ def mixture_nlpd(y, mean_draws, var_draws, *, y_scale: float = 1.0, joint: bool 
     return float(-np.mean(logsumexp(logp, axis=0) - math.log(S))) + math.log(y_scale)
 
 
-def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0) -> dict:
+@validated
+def mixture_metrics(y: Values, mean_draws: Values, var_draws: Values, *, y_scale: Positive = 1.0) -> dict:
     r"""Test metrics of an equally weighted mixture of M Gaussian predictives (M-SRFR's particles, or
     posterior draws): ``mean_draws``, ``var_draws`` (M, N) per-component y predictives of standardised
     targets ``y``; ``y_scale``: the training sd s (for the RMSE in original units).
@@ -71,7 +82,8 @@ def mixture_metrics(y, mean_draws, var_draws, *, y_scale=1.0) -> dict:
             "nlpd_joint": mixture_nlpd(y, m, v, joint=True), "nlpd_gaussian": len(mu) * nlpd(y, mu, var)}
 
 
-def categorical_nlpd(y, probs) -> float:
+@validated
+def categorical_nlpd(y: Values, probs: Values) -> float:
     r"""Mean negative log predictive probability of the labels, :math:`-\frac1N\sum_n\log p_{n,y_n}`.
 
     :param y: integer class labels (N,), each in ``0 .. C - 1`` (used as indices into the rows of ``probs``).

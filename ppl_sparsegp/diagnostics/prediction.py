@@ -2,18 +2,24 @@
 marginals at new inputs and the test metrics of the library's predictive."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
 from ..kernels import check_inputs
+from ..validation import InstanceOf, MaybeCount, validated
 from .inference_data import SVI_GROUP
+
+_IDATA = InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")
 
 __all__ = ["posterior_samples", "svi_params", "predict", "predictive_metrics"]
 
 
-def posterior_samples(idata, var_names=None, max_draws: int | None = None) -> dict:
+@validated
+def posterior_samples(idata: Annotated[Any, _IDATA], var_names=None, max_draws: MaybeCount = None) -> dict:
     """Posterior draws as ``{site: array (S, ...)}`` with chains concatenated.
 
     :param idata: an InferenceData with a ``posterior`` group.
@@ -38,7 +44,33 @@ def _thin(draws: dict, max_draws: int | None) -> dict:
     return {k: v[idx] for k, v in draws.items()}
 
 
-def svi_params(idata) -> dict | None:
+def check_draw_counts(draws: dict, who: str) -> dict:
+    """``draws`` unchanged, refused (naming the fix) when the sites hold different numbers of draws on their
+    first axis (ragged: draws of different fits, or thinned apart)."""
+    counts = {k: int(np.shape(v)[0]) if np.ndim(v) else 0 for k, v in draws.items()}
+    if len(set(counts.values())) > 1 or 0 in counts.values():
+        raise ValueError(f"{who}: samples has ragged draws: every site needs the same number (≥ 1) of draws on its "
+                         f"first axis, got {counts}; pass mcmc.get_samples() (chains merged) of one fit")
+    return draws
+
+
+def check_chain_grouping(draws: dict, shapes: dict, who: str):
+    """Refuse draws grouped by chain, ``(chains, draws, ...)``: a site whose draws have one axis more than its
+    shape ``shapes[site]`` (the prior's) with the site's shape after the first two."""
+    for k, shape in shapes.items():
+        if k not in draws:
+            continue
+        got = tuple(np.shape(draws[k])[1:])
+        if got != tuple(shape) and got[1:] == tuple(shape):
+            dims = "".join(f", {n}" for n in shape)
+            raise ValueError(f"{who}: samples[{k!r}] has shape {tuple(np.shape(draws[k]))}, i.e. (chains, draws"
+                             f"{dims}) for a site of shape {tuple(shape)}: "
+                             "draws grouped by chain; pass mcmc.get_samples() (group_by_chain=False) or the "
+                             "InferenceData (its chains are merged)")
+
+
+@validated
+def svi_params(idata: Annotated[Any, _IDATA]) -> dict | None:
     """The optimised SVI parameters stored by :func:`~ppl_sparsegp.diagnostics.from_svi` (``None`` for an
     MCMC result).
 
@@ -75,7 +107,8 @@ def _predict(gp, idata, X_new, kw):
     return jax.jit(lambda Xn, X, y, kw: gp.with_data(X, y).predict(Xn, **kw))(X_new, X, y, kw)
 
 
-def predict(gp, idata, X_new, *, max_draws: int | None = None) -> dict:
+@validated
+def predict(gp, idata, X_new, *, max_draws: MaybeCount = None) -> dict:
     """Predictive marginals at ``X_new`` from a fitted InferenceData.
 
     SVI results (an ``svi`` group) use q(u) analytically (``gp.predict(params=...)``); MCMC results mix
@@ -93,7 +126,8 @@ def predict(gp, idata, X_new, *, max_draws: int | None = None) -> dict:
     return _predict(gp, idata, X_new, _predict_kwargs(gp, idata, max_draws))
 
 
-def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: int | None = None) -> dict:
+@validated
+def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: MaybeCount = None) -> dict:
     r"""Test RMSE of the predictive mean and the NLPD (mean negative log predictive density).
 
     SVI: :math:`\mathrm{NLPD} = -\frac1N\sum_n \log\int p(y_n\mid f)\,q(f_n)\,df`; MCMC: the posterior

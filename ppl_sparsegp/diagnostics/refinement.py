@@ -30,6 +30,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,8 +40,9 @@ from numpyro.infer import MCMC, NUTS, init_to_value
 from numpyro.infer.util import log_density
 
 from ..features.base import refined_features
+from ..validation import Boolean, Count, Integer, Key, NonNegativeInt, OrNone, Positive, Samples, validated
 from ._arviz import az
-from .prediction import _thin, posterior_samples
+from .prediction import _thin, check_chain_grouping, posterior_samples
 from .traces import model_trace
 
 __all__ = ["refinement_check"]
@@ -81,9 +84,12 @@ def _shifts(base: dict, other: dict, scale: dict) -> dict:
     return {n: float(np.max(np.abs(other[n][0] - base[n][0]) / np.maximum(scale[n][1], 1e-300))) for n in base}
 
 
-def refinement_check(model, samples, *args, times: int = 1, refit: bool | None = None, num_warmup: int = 200,
-                     num_samples: int = 200, threshold: float = 0.5, max_draws: int | None = 1000,
-                     rng_key=None, **kwargs) -> dict:
+@validated(forwards_to="model")
+def refinement_check(model, samples: Samples, *args, times: Count = 1,
+                     refit: Annotated[bool | None, OrNone(Boolean())] = None,
+                     num_warmup: Annotated[int, NonNegativeInt()] = 200, num_samples: Annotated[int, Integer(2)] = 200,
+                     threshold: Positive = 0.5, max_draws: Annotated[int | None, OrNone(Integer(2))] = 1000,
+                     rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None, **kwargs) -> dict:
     r"""Refine every feature of a model and report whether its posterior moves (module docstring).
 
     :param model: the NumPyro model that was fitted (a user's model with
@@ -117,7 +123,11 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
         raise ValueError(f"threshold must be a positive number of posterior sd, got {threshold!r}")
     if hasattr(samples, "posterior"):
         samples = posterior_samples(samples)
-    flat = _thin(_check_draws(samples, max_draws), max_draws)
+    draws = _check_draws(samples, max_draws)
+    flat = _thin(draws, max_draws)
+    prior_trace = model_trace(model, {}, args, kwargs)  # the sites' own shapes: chain-grouped draws differ
+    check_chain_grouping(flat, {n: jnp.shape(t["value"]) for n, t in prior_trace.items()
+                                if t["type"] == "sample" and not t["is_observed"]}, "refinement_check")
     first = {k: v[0] for k, v in flat.items()}
     base_trace = model_trace(model, first, args, kwargs)
     inducing = {n for n, site in base_trace.items()  # spectral_gp's inducing sites: their size follows the features
@@ -141,7 +151,8 @@ def refinement_check(model, samples, *args, times: int = 1, refit: bool | None =
              and int(np.prod(shape, dtype=int)) <= MAX_HYPER_SIZE and refined_latent.get(n) == shape]
     moments = _moments(flat, hyper)
     result = {"k_hat": None, "ess": None, "shift_is": {}, "shift_refit": {}, "refit_mean": {},
-              "features": _describe(gps, _features(refined_trace))}
+              "features": _describe(gps, _features(refined_trace)),
+              "num_draws": int(next(iter(draws.values())).shape[0])}
 
     if base_latent == refined_latent and all(n in flat for n in base_latent):
         draws = {n: flat[n] for n in base_latent}

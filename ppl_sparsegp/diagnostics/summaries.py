@@ -9,8 +9,12 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from typing import Annotated, Any
 
+from ..validation import InstanceOf, Path, validated
 from ._arviz import _quiet_arviz, az
+
+_IDATA = InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")
 
 __all__ = ["summary", "save", "load"]
 
@@ -30,7 +34,8 @@ def summary(idata, var_names=None, **kwargs):
         return az.summary(idata, var_names=var_names, **kwargs)
 
 
-def save(idata, path) -> str:
+@validated
+def save(idata: Annotated[Any, _IDATA], path: Path) -> str:
     """Write ``idata`` (all groups, the ``svi`` and ``adequacy`` groups included) to a netCDF file.
 
     :param idata: an InferenceData.
@@ -41,7 +46,8 @@ def save(idata, path) -> str:
     return idata.to_netcdf(path)
 
 
-def load(path):
+@validated
+def load(path: Path):
     """Read an InferenceData written by :func:`save`, into memory (the file is closed afterwards).
 
     :param path: the netCDF file.

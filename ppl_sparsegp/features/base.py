@@ -11,6 +11,7 @@ import contextlib
 import jax
 
 from ..parameters import Module, is_concrete
+from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
 from .float32 import Float32Warning  # noqa: F401  (re-exported: public here before)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "TooManyFeatures", "refined_features"]
@@ -109,7 +110,8 @@ class InducingFeature(Module):
         raise NotImplementedError(f"{type(self).__name__} has no refinement rule (refined()): the refinement "
                                   "check is available for FourierFeatures and their additive/Kronecker combinations")
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """The features of this family, keeping their domain (VFF's box, a centre, an input scale), that
         leave at most ``tolerance`` of ``kernel``'s prior variance unresolved at the inputs X: the size rule
         of the family's ``from_data`` applied to a concrete kernel (the one

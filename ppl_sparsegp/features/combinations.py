@@ -30,6 +30,17 @@ from ..covariances import Kuf, Kuu
 from ..grid import Grid
 from ..kernels import Additive, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
+from ..validation import (
+    AKernel,
+    Inputs,
+    MaxMargin,
+    MaybeCount,
+    NonNegative,
+    Nu,
+    Quantile,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
 from .float32 import warn_float32
 from .fourier import FourierFeatures, lengthscale_range
@@ -53,7 +64,8 @@ class _PerDimension(InducingFeature):
         """Every dimension's feature refined (:meth:`FourierFeatures.refined`)."""
         return type(self)([f.refined() for f in self.features])
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """Every dimension's feature resized for its kernel (``kernel.kernels[d]``, input column d) at the
         per-dimension tolerance of :meth:`from_data` (``dimension_tolerance``); None unless every dimension
         has a rule (:meth:`~ppl_sparsegp.features.InducingFeature.resized`). Each dimension's search stops
@@ -84,8 +96,9 @@ class _PerDimension(InducingFeature):
         return X
 
     @classmethod
-    def from_data(cls, X, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  max_lengthscale=None, quantile: float = 0.01, max_margin: float = 1.0):
+    @validated
+    def from_data(cls, X, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
         dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
         max(margin·ℓ_min,d, max_margin·span_d))) and the fewest

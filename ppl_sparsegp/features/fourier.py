@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +83,19 @@ from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import is_concrete
+from ..validation import (
+    AKernel,
+    Count,
+    Inputs,
+    MaxMargin,
+    MaybeCount,
+    NonNegative,
+    Nu,
+    Quantile,
+    Real,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, check_feature_cap, constant_kuf
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
@@ -101,8 +115,9 @@ class FourierFeatures(InducingFeature):
     _static = ("a", "b", "num_frequencies")
 
     @classmethod
-    def from_data(cls, x, lengthscale, *, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0,
-                  max_lengthscale=None, quantile: float = 0.01, max_margin: float = 1.0):
+    @validated
+    def from_data(cls, x, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """The box and M of the rule in the module docstring: [min x − pad, max x + pad] with
         pad = min(margin·ℓ_max, max(margin·ℓ_min, max_margin·span)) (span = max x − min x), and the
         fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance unresolved at
@@ -150,7 +165,8 @@ class FourierFeatures(InducingFeature):
         a, b = float(x.min()) - pad, float(x.max()) + pad
         return cls(a, b, _capped(frequencies_needed(a, b, lo, nu, tolerance), a, b, lo, tolerance))
 
-    def __init__(self, a, b, num_frequencies):
+    @validated
+    def __init__(self, a: Annotated[float, Real()], b: Annotated[float, Real()], num_frequencies: Count):
         if not (np.isfinite(a) and np.isfinite(b) and float(a) < float(b)):
             raise ValueError(f"the interval must satisfy a < b (finite), got a={a!r}, b={b!r}")
         if (isinstance(num_frequencies, bool) or not isinstance(num_frequencies, (int, np.integer, float))
@@ -183,7 +199,8 @@ class FourierFeatures(InducingFeature):
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """The same box with the fewest frequencies resolving ``kernel``
         (:meth:`~ppl_sparsegp.features.InducingFeature.resized`): for a Matérn kernel
         :func:`frequencies_needed` at its (shortest) lengthscale, :meth:`from_data`'s rule; for the

@@ -33,6 +33,15 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential
 from ..linalg import Identity
 from ..parameters import Param, is_concrete
+from ..validation import (
+    AKernel,
+    Count,
+    Inputs,
+    MaybeCount,
+    Quantile,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature
 from .orthogonal import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 
@@ -84,14 +93,16 @@ class HermiteFeatures(InducingFeature):
     _static = ("M",)
     _positive = ("input_scale",)
 
-    def __init__(self, num_features: int, input_scale=1.0, centre=0.0):
+    @validated
+    def __init__(self, num_features: Count, input_scale=1.0, centre=0.0):
         M = check_num_features(num_features)
         self._set(M=M, input_scale=scalar_field(input_scale, "input_scale", positive=True),
                   centre=scalar_field(centre, "centre"))
 
     @classmethod
-    def from_data(cls, x, lengthscale, *, tolerance: float = 0.01, quantile: float = 0.05,
-                  max_features: int = 4096):
+    @validated
+    def from_data(cls, x, lengthscale, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
+                  max_features: Count = 4096):
         r"""Hermite features sized for the data: centre c = mean(x), input scale σ_p = sd(x), and the
         fewest M that leave at most ``tolerance`` of the prior variance unresolved at every input, at
         ℓ_min (a shorter ℓ needs more features, so M comes from ℓ_min).
@@ -126,7 +137,8 @@ class HermiteFeatures(InducingFeature):
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
             return type(self)(2 * self.M, self.input_scale, self.centre)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s M at ``kernel``'s lengthscale, keeping the input scale and centre
         (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at ``max_features``, at
         most 4096); None for a kernel other than the squared exponential or an input scale or centre that

@@ -189,6 +189,12 @@ class IntegralTransformFeatures(InducingFeature):
     def _scales(self, kernel):
         """ℓ² and λ = c², each (D,)."""
         D = self.input_dim
+        n_ell = jnp.size(kernel.lengthscale)
+        if n_ell not in (1, D):
+            raise ValueError(f"IntegralTransformFeatures in D = {D} input dimensions with a kernel of {n_ell} "
+                             f"lengthscales ({type(kernel).__name__}, shape {jnp.shape(kernel.lengthscale)}): "
+                             f"give the kernel one lengthscale or {D} (one per input dimension), or frequencies and "
+                             f"centres of shape (M, {n_ell})")
         ell2 = jnp.broadcast_to(jnp.asarray(kernel.lengthscale), (D,)) ** 2
         lam = jnp.broadcast_to(jnp.asarray(self.window), (D,)) ** 2
         return ell2, lam

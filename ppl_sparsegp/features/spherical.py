@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -111,6 +112,17 @@ from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
 from ..linalg import Diagonal
 from ..parameters import Param, is_concrete
+from ..validation import (
+    AKernel,
+    Inputs,
+    Integer,
+    MaybeCount,
+    NonNegativeInt,
+    OrNone,
+    Quantile,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, constant_kuf
 from .spherical_harmonics import (
     MAX_HARMONICS_PER_DEGREE,
@@ -191,8 +203,9 @@ class SphericalHarmonicFeatures(InducingFeature):
     _static_defaults = {"vanishing": None}  # fits saved before it: no rule, the degrees as saved
 
     @classmethod
-    def from_data(cls, X, kernel: Zonal, *, tolerance: float = 0.01, max_features: int | None = None,
-                  quantile: float = 0.05):
+    @validated
+    def from_data(cls, X, kernel: AKernel, *, tolerance: Tolerance = 0.01, max_features: MaybeCount = None,
+                  quantile: Quantile = 0.05):
         r"""The fewest degrees that leave at most ``tolerance`` of κ(1) = 1 unresolved,
         :math:`1 - \sum_{n\le L}N(d,n)a_n \le \text{tolerance}` (the residual variance fraction, the same
         at every input), with the kernel's vanishing degrees dropped and the data's box kept for
@@ -276,7 +289,8 @@ class SphericalHarmonicFeatures(InducingFeature):
         return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box,
                           vanishing=self.vanishing)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s degree for the concrete zonal kernel (a ChordalMatern's chordal lengthscale as
         given), keeping the data box (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; at most
         ``max_features`` features); None for a kernel that is not zonal."""
@@ -285,7 +299,9 @@ class SphericalHarmonicFeatures(InducingFeature):
         out = type(self).from_data(X, kernel, tolerance=tolerance, max_features=max_features)
         return type(self)(self.input_dim, out.max_degree, kernel=kernel, data_box=self.data_box or out.data_box)
 
-    def __init__(self, input_dim: int, max_degree: int, *, kernel: Zonal | None = None, degrees=None,
+    @validated
+    def __init__(self, input_dim: Annotated[int, Integer(2)], max_degree: Annotated[int, NonNegativeInt()], *,
+                 kernel: Annotated[Any, OrNone(AKernel.__metadata__[0])] = None, degrees=None,
                  data_box=None, vanishing=None):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 2:
             raise ValueError(f"input_dim must be an integer >= 2 (the sphere S^D lives in D + 1 >= 3 dimensions), got "

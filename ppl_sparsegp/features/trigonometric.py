@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,16 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
+from ..validation import (
+    AKernel,
+    Count,
+    Inputs,
+    MaybeCount,
+    OneOf,
+    Quantile,
+    Tolerance,
+    validated,
+)
 from .base import InducingFeature
 from .orthogonal import (
     INV_SQRT_2PI,
@@ -145,8 +156,10 @@ class TrigonometricFeatures(InducingFeature):
     _static = ("M", "basis", "estimator", "num_samples", "num_quadrature")
     _positive = ("band",)
 
-    def __init__(self, num_features: int, band=1.0, *, basis: str = "fourier", estimator: str = "exact",
-                 num_samples: int = 50, num_quadrature: int = 512, centre=0.0):
+    @validated
+    def __init__(self, num_features: Count, band=1.0, *, basis: Annotated[str, OneOf(*BASES)] = "fourier",
+                 estimator: Annotated[str, OneOf(*ESTIMATORS)] = "exact", num_samples: Count = 50,
+                 num_quadrature: Count = 512, centre=0.0):
         M = check_num_features(num_features)
         if basis not in BASES:
             raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
@@ -160,8 +173,10 @@ class TrigonometricFeatures(InducingFeature):
                   centre=scalar_field(centre, "centre"))
 
     @classmethod
-    def from_data(cls, x, lengthscale, *, kernel=SquaredExponential, tolerance: float = 0.01,
-                  quantile: float = 0.05, basis: str = "fourier", max_features: int = 2048, **options):
+    @validated
+    def from_data(cls, x, lengthscale, *, kernel=SquaredExponential, tolerance: Tolerance = 0.01,
+                  quantile: Quantile = 0.05, basis: Annotated[str, OneOf(*BASES)] = "fourier",
+                  max_features: Count = 2048, **options):
         r"""Trigonometric features sized for the data and a kernel family at ℓ_min: the centre c is the
         middle of the data's range; the band a is the smallest with at most ``tolerance``/2 of the
         prior's spectral mass outside [−a, a] (trapezoid rule on the kernel's spectral density: these
@@ -198,7 +213,8 @@ class TrigonometricFeatures(InducingFeature):
                               num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
                               centre=self.centre)
 
-    def resized(self, X, kernel, tolerance: float, max_features: int | None = None):
+    @validated
+    def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
         """:meth:`from_data`'s rule at ``kernel``'s lengthscale (band and M), keeping the centre, basis and
         estimator (:meth:`~ppl_sparsegp.features.InducingFeature.resized`; its search stops at
         ``max_features``, at most 2048); None for a kernel that is not stationary or a band or centre that

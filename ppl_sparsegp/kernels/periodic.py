@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..parameters import is_concrete
+from ..validation import PositiveScalar, validated
 from .base import Kernel, as_points, check_inputs
 
 __all__ = ["Periodic"]
@@ -34,7 +35,8 @@ class Periodic(Kernel):
     _params = ("variance", "lengthscale", "period")
     _positive = ("variance", "lengthscale", "period")
 
-    def __init__(self, variance=1.0, lengthscale=1.0, period=1.0):
+    @validated
+    def __init__(self, variance: PositiveScalar = 1.0, lengthscale: PositiveScalar = 1.0, period: PositiveScalar = 1.0):
         for name, value in (("variance", variance), ("lengthscale", lengthscale), ("period", period)):
             if is_concrete(value) and jnp.ndim(value) != 0:
                 raise ValueError(f"{name} must be a scalar, got shape {jnp.shape(value)}")

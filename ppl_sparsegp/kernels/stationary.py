@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln
 
 from ..parameters import is_concrete
+from ..validation import PositiveScalar, PositiveScales, validated
 from .base import Kernel, as_points, check_inputs, safe_sqrt as _safe_sqrt
 
 __all__ = ["Stationary", "SquaredExponential", "Matern12", "Matern32", "Matern52"]
@@ -38,7 +39,8 @@ class Stationary(Kernel):
     _params = ("variance", "lengthscale")
     _positive = ("variance", "lengthscale")
 
-    def __init__(self, variance=1.0, lengthscale=1.0):
+    @validated
+    def __init__(self, variance: PositiveScalar = 1.0, lengthscale: PositiveScales = 1.0):
         if is_concrete(variance):
             variance = jnp.asarray(variance, dtype=jnp.result_type(float))
             if variance.ndim != 0:

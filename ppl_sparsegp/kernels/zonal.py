@@ -3,10 +3,13 @@ zonal kernels :class:`Zonal`, :class:`ArcCosine`, :class:`ChordalMatern` (expand
 harmonics by :class:`~ppl_sparsegp.features.SphericalHarmonicFeatures`)."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 
 from ..parameters import is_concrete
+from ..validation import AKernel, OneOf, PositiveScalar, PositiveScales, Template, validated
 from .base import Kernel, as_points, check_inputs, safe_sqrt as _safe_sqrt
 from .stationary import Matern12, Matern32, Matern52
 
@@ -26,7 +29,8 @@ class SphereEmbedded(Kernel):
 
     _params = ("base",)
 
-    def __init__(self, base):
+    @validated
+    def __init__(self, base: AKernel):
         if not isinstance(base, Kernel):
             raise ValueError(f"base must be a Kernel, got {type(base).__name__}")
         self._set(base=base)
@@ -86,7 +90,9 @@ class Zonal(Kernel):
     _positive = ("variance", "lengthscale", "bias")
     order: int = 0
 
-    def __init__(self, variance=1.0, lengthscale=1.0, bias=1.0):
+    @validated
+    def __init__(self, variance: PositiveScalar = 1.0, lengthscale: PositiveScales = 1.0,
+                 bias: Annotated[Any, Template(rank=0, positive=False)] = 1.0):
         values = {}
         for name, value in (("variance", variance), ("lengthscale", lengthscale), ("bias", bias)):
             if is_concrete(value):
@@ -210,7 +216,9 @@ class ArcCosine(Zonal):
 
     _static = ("order",)
 
-    def __init__(self, order: int = 1, variance=1.0, lengthscale=1.0, bias=1.0):
+    @validated
+    def __init__(self, order: Annotated[int, OneOf(0, 1, 2)] = 1, variance: PositiveScalar = 1.0,
+                 lengthscale: PositiveScales = 1.0, bias: Annotated[Any, Template(rank=0, positive=False)] = 1.0):
         if isinstance(order, bool) or order not in (0, 1, 2):
             raise ValueError(f"ArcCosine: order must be 0, 1 or 2, got {order!r}")
         object.__setattr__(self, "order", int(order))
@@ -253,7 +261,10 @@ class ChordalMatern(Zonal):
     _positive = ("variance", "lengthscale", "bias", "chordal_lengthscale")
     _static = ("nu",)
 
-    def __init__(self, nu: float = 1.5, variance=1.0, lengthscale=1.0, bias=1.0, chordal_lengthscale=1.0):
+    @validated
+    def __init__(self, nu: Annotated[float, OneOf(0.5, 1.5, 2.5)] = 1.5, variance: PositiveScalar = 1.0,
+                 lengthscale: PositiveScales = 1.0, bias: Annotated[Any, Template(rank=0, positive=False)] = 1.0,
+                 chordal_lengthscale: PositiveScalar = 1.0):
         if nu not in (0.5, 1.5, 2.5):
             raise ValueError(f"ChordalMatern: nu must be 0.5, 1.5 or 2.5, got {nu!r}")
         if is_concrete(chordal_lengthscale):

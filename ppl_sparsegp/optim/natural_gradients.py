@@ -81,6 +81,9 @@ References:
 """
 from __future__ import annotations
 
+import math
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -91,6 +94,20 @@ from numpyro.infer.elbo import ELBO
 from numpyro.optim import Adam
 
 from ..numpyro_internals import NumPyroOptim, subsample_indices
+from ..validation import (
+    AnyOf,
+    Boolean,
+    Count,
+    InstanceOf,
+    IsCallable,
+    MaybeCount,
+    Names,
+    NonNegativeInt,
+    OrNone,
+    Real,
+    validated,
+    with_fix,
+)
 
 __all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp", "gamma_schedule"]
 
@@ -98,7 +115,17 @@ _TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
 _POS = biject_to(constraints.positive)
 
 
-def gamma_ramp(start: float = 1e-4, end: float = 0.1, num_steps: int = 10):
+#: a schedule's step size γ in (0, 1], at least 1e-12: a smaller one underflows (to 0 in float32: the ramp's
+#: log-ratio is then infinite and γ_0 NaN; found by tests/test_validation.py's property test)
+Gamma = Annotated[float, Real(1e-12, 1.0)]
+_SPARSE_GP = "ppl_sparsegp.approximations.sparse.SparseGP"
+_DECOUPLED = "ppl_sparsegp.approximations.decoupled.OrthogonallyDecoupledGP"
+_APPROXIMATION = InstanceOf(_SPARSE_GP, _DECOUPLED, what="a SparseGP or OrthogonallyDecoupledGP")
+_OPTIM = "numpyro.optim._NumPyroOptim"
+
+
+@validated
+def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10):
     r"""The step-size schedule of [2, §4]: γ rises log-linearly from ``start`` to ``end`` over
     ``num_steps`` steps, then stays at ``end``: :math:`\gamma_t = \min(\gamma_{end},
     \gamma_{start}(\gamma_{end}/\gamma_{start})^{t/T})`.
@@ -123,8 +150,11 @@ def gamma_ramp(start: float = 1e-4, end: float = 0.1, num_steps: int = 10):
 
 
 
-def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, tau: float | None = None,
-                   kappa: float = 1.0, floor: float = 0.0):
+@validated
+def gamma_schedule(start: Gamma = 1e-4, peak: Gamma = 0.5, ramp_steps: Annotated[int, NonNegativeInt()] = 5,
+                   tau: Annotated[float | None, OrNone(Real(1e-12, None))] = None,
+                   kappa: Annotated[float, Real(0.5, 1.0, low_open=True)] = 1.0,
+                   floor: Annotated[float, Real(0.0, 1.0)] = 0.0):
     r"""The step size for natural gradients on **minibatches**: the log-linear ramp of :func:`gamma_ramp`
     to ``peak``, then a Robbins–Monro decay [3, 4], so that the minibatch noise averages out of q(u)
     instead of staying in it (with a constant γ the iterate keeps a noise of variance ∝ γ around the
@@ -157,7 +187,7 @@ def gamma_schedule(start: float = 1e-4, peak: float = 0.5, ramp_steps: int = 5, 
     :param start: γ at step 0, γ₀ (> 0).
     :param peak: γ at the end of the ramp, γ_max, in (0, 1].
     :param ramp_steps: T, the length of the ramp (>= 0; 0: no ramp, γ₀ unused, the decay from γ_max at t = 0).
-    :param tau: the decay's time scale τ in steps (> 0; default 1/γ_max).
+    :param tau: the decay's time scale τ in steps (≥ 1e-12, so that no subnormal value is flushed to zero; default 1/γ_max).
     :param kappa: the decay's exponent κ, in (1/2, 1].
     :param floor: γ_floor, the least γ of the decay, in [0, γ_max] (default 0: none).
     :returns: a callable ``step -> γ`` (jax-traceable) for :class:`NaturalGradient`'s ``gamma``.
@@ -282,6 +312,28 @@ def _to_params(family, prefix, m, F):
     return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
 
 
+_SITES_FIX = ("pass the SparseGP whose guide SVI runs, or its inducing site name(s) (e.g. 'f_v'); a CollapsedGP "
+              "integrates q(u) out, so it has no q(u) to step: fit its hyperparameters with map_lbfgs or Adam")
+
+#: the steps at which a γ schedule is checked when NaturalGradient is built (0 … 10⁶, log-spaced)
+_SCHEDULE_STEPS = sorted({0, 1, 2, 3, 5} | {int(round(10 ** (k / 4))) for k in range(25)})
+
+
+def _check_schedule(gamma):
+    """Refuse a γ schedule that leaves (0, 1] (or is not finite) at one of ``_SCHEDULE_STEPS``, naming the step:
+    a γ ≤ 0 rejects every step (q never moves), a γ > 1 overshoots the natural-parameter step."""
+    for step in _SCHEDULE_STEPS:
+        try:
+            with jax.ensure_compile_time_eval():
+                value = float(jnp.asarray(gamma(jnp.asarray(step))))
+        except (TypeError, jax.errors.ConcretizationTypeError):  # pragma: no cover - a schedule jax cannot run eagerly
+            return
+        if not (math.isfinite(value) and 0.0 < value <= 1.0 + 1e-9):  # 1 up to rounding (exp(log 1))
+            raise ValueError(f"NaturalGradient: the gamma schedule gives γ = {value:g} at step {step}, outside (0, 1]: "
+                             "a γ ≤ 0 rejects every natural-gradient step (q(u) never moves) and a γ > 1 overshoots "
+                             "it; give a schedule in (0, 1] (gamma_ramp(), gamma_schedule()) or a number in (0, 1]")
+
+
 class NaturalGradient(NumPyroOptim):
     r"""An optimiser for :class:`~numpyro.infer.SVI`: a natural-gradient step for q(u), then a step of
     ``optim`` on every other param (module docstring: the step, its cost, the families).
@@ -316,7 +368,11 @@ class NaturalGradient(NumPyroOptim):
     of γ the line search made in all.
     """
 
-    def __init__(self, sites, optim=None, *, gamma=None, line_search: bool | None = None, max_halvings: int = 30):
+    @validated
+    def __init__(self, sites: Annotated[Any, with_fix(AnyOf(_APPROXIMATION, Names()), _SITES_FIX)],
+                 optim: Annotated[Any, OrNone(InstanceOf(_OPTIM, what="a NumPyro optimiser (e.g. Adam(0.01))"))]
+                 = None, *, gamma: Annotated[Any, OrNone(AnyOf(Real(0.0, 1.0, low_open=True), IsCallable()))] = None,
+                 line_search: Annotated[bool | None, OrNone(Boolean())] = None, max_halvings: Count = 30):
         self.prefixes = _sites(sites)
         self.inner = Adam(0.01) if optim is None else optim
         if line_search is not None and not isinstance(line_search, bool):
@@ -338,6 +394,7 @@ class NaturalGradient(NumPyroOptim):
                 return value
 
         self.gamma = gamma
+        _check_schedule(self.gamma)
         self.update_with_value = False
 
     def _split(self, params):
@@ -363,12 +420,14 @@ class NaturalGradient(NumPyroOptim):
                                   "eval_and_update; use svi.update / svi.run")
 
     @staticmethod
-    def rejected_steps(state) -> int:
+    @validated
+    def rejected_steps(state: Annotated[Any, InstanceOf(tuple, what="SVI's svi_state.optim_state")]) -> int:
         """The number of natural-gradient steps rejected so far (SVI's ``svi_state.optim_state``)."""
         return int(state[1][2]["rejected"])
 
     @staticmethod
-    def halvings(state) -> int:
+    @validated
+    def halvings(state: Annotated[Any, InstanceOf(tuple, what="SVI's svi_state.optim_state")]) -> int:
         """The halvings of γ the line search made so far (0 without ``line_search``)."""
         return int(state[1][2]["halvings"])
 
@@ -466,14 +525,16 @@ class AnalyticELBO(ELBO):
     :raises ValueError: for a model without an analytic ELBO.
     """
 
-    def __init__(self, gp):
+    @validated
+    def __init__(self, gp: Annotated[Any, _APPROXIMATION]):
         if not hasattr(gp, "elbo") or getattr(gp, "residual", "expected") != "expected":
             raise ValueError("AnalyticELBO needs a SparseGP with residual='expected' (its SVGP bound)")
         super().__init__(num_particles=1)
         self.gp = gp
 
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *, batch_size=None, num_data=None,
-                                **kwargs):
+    @validated
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *,
+                                batch_size: MaybeCount = None, num_data: MaybeCount = None, **kwargs):
         """The negative ELBO of the SparseGP at ``param_map`` (what ``SVI`` minimises), on a minibatch of
         ``batch_size`` rows (or the rows given, of a set of ``num_data``) scaled by N/B, with
         ``{"loss": value, "mutable_state": None}``.
@@ -485,6 +546,7 @@ class AnalyticELBO(ELBO):
             raise ValueError("AnalyticELBO: give batch_size (the loss draws each step's rows) or num_data (X, y "
                              "are a minibatch you drew from num_data rows), not both")
         N = X.shape[0] if num_data is None else num_data
+        _check_rows(X.shape[0], batch_size, num_data)
         k_batch, k_mc = jax.random.split(rng_key)
         if batch_size is not None:
             idx = subsample_indices(N, batch_size, k_batch)  # as numpyro.plate draws them
@@ -495,3 +557,14 @@ class AnalyticELBO(ELBO):
         log_prior = sum(jnp.sum(prior.log_prob(values[site])) for site, prior in
                         gp.hyperparameter_sites().items())
         return {"loss": -(elbo + log_prior), "mutable_state": None}
+
+
+def _check_rows(rows, batch_size, num_data):
+    """Refuse a minibatch that cannot be one: ``num_data`` below the rows given (the data term would be
+    scaled by N/B < 1), or ``batch_size`` above the rows to draw from."""
+    if isinstance(num_data, int) and num_data < rows:
+        raise ValueError(f"AnalyticELBO: num_data={num_data} is fewer than the {rows} rows of the minibatch given: "
+                         "num_data is the size of the whole data set the minibatch was drawn from (N ≥ its rows)")
+    if isinstance(batch_size, int) and batch_size > rows:
+        raise ValueError(f"AnalyticELBO: batch_size={batch_size} is more than the {rows} rows of X: pass "
+                         f"batch_size ≤ {rows}, or batch_size=None for all rows")
