@@ -187,7 +187,8 @@ def gamma_schedule(start: Gamma = 1e-4, peak: Gamma = 0.5, ramp_steps: Annotated
     :param start: γ at step 0, γ₀ (> 0).
     :param peak: γ at the end of the ramp, γ_max, in (0, 1].
     :param ramp_steps: T, the length of the ramp (>= 0; 0: no ramp, γ₀ unused, the decay from γ_max at t = 0).
-    :param tau: the decay's time scale τ in steps (≥ 1e-12, so that no subnormal value is flushed to zero; default 1/γ_max).
+    :param tau: the decay's time scale τ in steps (≥ 1e-12, so that no subnormal value is flushed to zero;
+        default 1/γ_max).
     :param kappa: the decay's exponent κ, in (1/2, 1].
     :param floor: γ_floor, the least γ of the decay, in [0, γ_max] (default 0: none).
     :returns: a callable ``step -> γ`` (jax-traceable) for :class:`NaturalGradient`'s ``gamma``.
