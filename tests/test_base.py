@@ -33,7 +33,7 @@ def test_bad_inputs():
         psg.CollapsedGP(psg.InducingPoints(X), KERNEL, Poisson())
     with pytest.raises(ValueError, match="noise_variance must be positive"):
         psg.collapsed_elbo(psg.InducingPoints(X), KERNEL, X, y, -1.0)
-    with pytest.raises(TypeError, match="feature must be an InducingFeature"):
+    with pytest.raises(TypeError, match="feature must be an inducing feature"):
         psg.SparseGP(X, KERNEL)
 
 
