@@ -1,7 +1,11 @@
 """Small shared problems for the approximation tests (imported as ``from regression import ...``;
 ``tests/`` is on the path through conftest)."""
+import inspect
+import warnings
+
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ppl_sparsegp as psg
 
@@ -46,3 +50,16 @@ def trend_series(n=40, seed=0):
     rng = np.random.default_rng(seed)
     x = np.sort(rng.uniform(0.0, 3.0, n))
     return x, np.stack([np.ones(n), x], 1), np.sin(3 * x) + 0.3 * x + 0.1 * rng.normal(size=n)
+
+
+def assert_refused(call, exception, words, tmp_path, ignore=UserWarning):
+    """One row of a bad-input table: ``call()`` (or ``call(tmp_path)`` when it takes an argument) raises
+    ``exception`` whose message holds every one of ``words``; warnings of the category ``ignore`` are not
+    the subject of the row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ignore)
+        with pytest.raises(exception) as info:
+            call(tmp_path) if inspect.signature(call).parameters else call()
+    message = str(info.value)
+    missing = [w for w in words if w not in message]
+    assert not missing, f"the message lacks {missing}: {message!r}"
