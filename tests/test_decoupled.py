@@ -157,13 +157,19 @@ def test_whitened_equals_unwhitened(kind):
     pc = _random_params(gp_c, X)
     pw = _whitened_of(gp_c, gp_w, pc)
     np.testing.assert_allclose(gp_w.elbo(pw, X, y), gp_c.elbo(pc, X, y), rtol=1e-8)
-    a, b = gp_w.predict(X, params=pw), gp_c.predict(X, params=pc)
-    np.testing.assert_allclose(a["f_mean"], b["f_mean"], atol=1e-8)
-    np.testing.assert_allclose(a["f_var"], b["f_var"], atol=1e-8)
+    _assert_same_prediction(gp_w, pw, gp_c, pc, X, atol=1e-8)
 
 
 def _renamed(params, old, new):
     return {k.replace(old, new): v for k, v in params.items()}
+
+
+def _assert_same_prediction(gp, params, ref, ref_params, X, *, atol):
+    """``gp`` at ``params`` and the reference ``ref`` at ``ref_params`` predict the same f marginals at X
+    (mean and variance, to ``atol``)."""
+    a, b = gp.predict(X, params=params), ref.predict(X, params=ref_params)
+    np.testing.assert_allclose(a["f_mean"], b["f_mean"], atol=atol)
+    np.testing.assert_allclose(a["f_var"], b["f_var"], atol=atol)
 
 
 @pytest.mark.parametrize("kind", ["fourier", "hermite", "spherical"])
@@ -180,9 +186,7 @@ def test_one_part_absent_is_svgp_on_the_other(kind, absent):
     params = _random_params(gp, X)
     ref_params = _renamed(params, site, ref.site)
     np.testing.assert_allclose(gp.elbo(params, X, y), ref.elbo(ref_params, X, y), rtol=1e-10)
-    a, b = gp.predict(X, params=params), ref.predict(X, params=ref_params)
-    np.testing.assert_allclose(a["f_mean"], b["f_mean"], atol=1e-10)
-    np.testing.assert_allclose(a["f_var"], b["f_var"], atol=1e-10)
+    _assert_same_prediction(gp, params, ref, ref_params, X, atol=1e-10)
 
 
 def _centred_joint_params(gp, params, site):
@@ -203,9 +207,7 @@ def test_points_basis_with_disjoint_points_is_svgp_on_their_union():
     ref_params = _centred_joint_params(gp, params, ref.site)
     # the two priors differ only by the InducingPoints jitter (1e-10 relative) on different blocks: 1e-7
     np.testing.assert_allclose(gp.elbo(params, X, y), ref.elbo(ref_params, X, y), rtol=1e-7)
-    a, b = gp.predict(X, params=params), ref.predict(X, params=ref_params)
-    np.testing.assert_allclose(a["f_mean"], b["f_mean"], atol=1e-7)
-    np.testing.assert_allclose(a["f_var"], b["f_var"], atol=1e-7)
+    _assert_same_prediction(gp, params, ref, ref_params, X, atol=1e-7)
 
 
 def test_basis_in_the_span_of_the_orthogonal_points_predicts_as_svgp_on_them():
@@ -233,9 +235,7 @@ def test_basis_in_the_span_of_the_orthogonal_points_predicts_as_svgp_on_them():
     ref = psg.SparseGP(V, k, lik, whiten=False, q_cov="full")
     ref_params = {f"{ref.site}_loc": jnp.asarray(m_full),
                   f"{ref.site}_scale_tril": jnp.asarray(np.linalg.cholesky(0.5 * (S_full + S_full.T)))}
-    a, b = gp.predict(X, params=params), ref.predict(X, params=ref_params)
-    np.testing.assert_allclose(a["f_mean"], b["f_mean"], atol=1e-5)
-    np.testing.assert_allclose(a["f_var"], b["f_var"], atol=1e-5)
+    _assert_same_prediction(gp, params, ref, ref_params, X, atol=1e-5)
 
 
 def test_bernoulli_elbo_against_monte_carlo_of_the_dense_joint():
