@@ -20,6 +20,8 @@ References:
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import jax
@@ -28,7 +30,39 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution, constraints
 
-__all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS"]
+__all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS", "exact_marginals", "pilot_rows"]
+
+#: set by :func:`exact_marginals`: None (off), else the rows the exact marginal keeps (an index array, or
+#: ``slice(None)`` for all)
+_FORCED = contextvars.ContextVar("ppl_sparsegp_exact_marginals", default=None)
+
+
+@contextlib.contextmanager
+def exact_marginals(rows=None):
+    """Inside this context every :func:`~ppl_sparsegp.marginal_spectral_gp` is the exact GP
+    (``exact=True``, no row cap) on the rows ``rows`` of its data (an index array; None: all): the pilot of
+    :func:`~ppl_sparsegp.choose_features` and :func:`~ppl_sparsegp.diagnostics.mode_check` run a user's
+    model so, with no ``exact`` argument of the model needed. The model is traced inside the context (the
+    choice is made when the site is built, so it holds inside ``jit``)."""
+    token = _FORCED.set(slice(None) if rows is None else np.asarray(rows))
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def pilot_rows(X, y, mean_basis):
+    """``(forced, X, y, mean_basis)``: outside :func:`exact_marginals` the arguments as given and False;
+    inside it True and the context's rows of X (axis 0), y (its last axis) and an array mean basis (axis 0;
+    a callable basis is evaluated at the kept inputs)."""
+    rows = _FORCED.get()
+    if rows is None:
+        return False, X, y, mean_basis
+    X = np.asarray(X)[rows] if isinstance(X, (list, tuple)) else X[rows]
+    y = None if y is None else y[..., rows]
+    if mean_basis is not None and not callable(mean_basis):
+        mean_basis = mean_basis[rows]
+    return True, X, y, mean_basis
 
 #: The default cap on N of ``marginal_spectral_gp(..., exact=True)`` (an N x N float64 covariance of 0.8 GB,
 #: and its Cholesky factor as much again, O(N^3) per gradient).

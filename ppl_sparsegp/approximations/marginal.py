@@ -74,6 +74,7 @@ from .exact_marginal import (
     check_exact_size,
     exact_conditional_draw,
     exact_covariance,
+    pilot_rows,
 )
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
@@ -428,6 +429,8 @@ def marginal_spectral_gp(name: Annotated[str, InstanceOf(str, what="a string (th
     which PSIS-LOO (``az.loo``) takes as the pointwise values of a non-factorised model [3].
     """
     _require_model("marginal_spectral_gp")
+    forced, X, y, mean_basis = pilot_rows(X, y, mean_basis)  # the pilot's exact GP (exact_marginals)
+    exact, max_exact_rows = (True, None) if forced else (exact, max_exact_rows)
     X_given = X  # a callable mean_basis is evaluated at the inputs as passed
     named = _named_gps(name, gps)
     own_model_checks.check_marginal_gps(name, named, exact=exact)

@@ -56,26 +56,33 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from typing import Annotated
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from numpyro import handlers
-from numpyro.distributions.transforms import biject_to
-from numpyro.infer.util import log_density
 
 from ..features.base import TooManyFeatures, refined_features
-from ..parameters import is_concrete
-from ..validation import Count, IsCallable, NonNegative, NonNegativeInt, Positive, Real, validated
-from .map_estimate import map_lbfgs
+from ..parameters import as_rng_key, is_concrete
+from ..validation import Count, IsCallable, MaybeCount, NonNegative, NonNegativeInt, Positive, Real, RngKey, validated
+from .pilot_search import (
+    data_range,
+    data_starts as _lhs_starts,
+    exact_model,
+    find_optima,
+    laplace,
+    prior_starts,
+    unconstrained,
+)
 
 __all__ = ["choose_features", "ChosenFeatures"]
 
 #: the largest latent site (values per draw) the pilot treats as a hyperparameter
 _MAX_HYPER_SIZE = 16
+
+#: choose_features' default for the most rows of its exact-GP pilot (O(n³) per gradient)
+EXACT_ROWS = 2000
 
 #: choose_features' default cap on the features of one GP (an M' x M' Cholesky per gradient: O(M'^3))
 MAX_FEATURES = 2000
@@ -111,67 +118,14 @@ def _sites(trace):
     return sites, gps
 
 
-def _starts(sites, starts):
-    """``starts`` initial points: every site at the same prior quantile, spread over (0.1, 0.9)."""
-    levels = np.linspace(0.5, 0.5, 1) if starts == 1 else np.linspace(0.1, 0.9, starts)
-    out = []
-    for q in levels:
-        point = {}
-        for k, p in sites.items():
-            try:
-                point[k] = jnp.asarray(p.icdf(jnp.asarray(q)))
-            except (NotImplementedError, AttributeError, ImportError):
-                point[k] = jnp.quantile(p.sample(jax.random.PRNGKey(1), (2001,)), q, axis=0)
-        out.append(point)
-    return out
-
-
-def _unconstrained(model, args, kwargs, sites, values):
-    """``(objective, x0, unravel)``: ``objective(x, jacobian)`` = −log p(y, θ) at the unconstrained point
-    ``x`` (``jacobian``: minus the log |det| of the transforms, the density of the unconstrained
-    coordinates), ``x0`` the point of ``values`` and ``unravel`` the map from ``x`` to ``{site: u}``."""
-    transforms = {k: biject_to(p.support) for k, p in sites.items()}
-    x0, unravel = ravel_pytree({k: transforms[k].inv(jnp.asarray(values[k])) for k in sites})
-
-    def objective(x, jacobian=False):
-        u = unravel(x)
-        theta = {k: transforms[k](v) for k, v in u.items()}
-        out = -log_density(model, args, kwargs, theta)[0]
-        if jacobian:
-            out = out - sum(jnp.sum(transforms[k].log_abs_det_jacobian(v, theta[k])) for k, v in u.items())
-        return out
-
-    return objective, x0, unravel
-
-
-def _hessian(objective, x0, values, jacobian=False):
-    """The eigendecomposition of the Hessian of ``objective`` at ``x0``; refuses a Hessian that is not finite."""
-    H = np.asarray(jax.hessian(lambda x: objective(x, jacobian))(x0))
-    if not np.all(np.isfinite(H)):
-        raise FloatingPointError("choose_features: the Hessian of the log joint at the pilot's optimum is not "
-                                 f"finite at {dict(values)}; check the model's priors and data (NaN, inf)")
-    return np.linalg.eigh(0.5 * (H + H.T))
-
-
-def _laplace_sd(model, args, kwargs, sites, values):
-    """{site: sd of its unconstrained coordinate} from the Hessian of −log p(y, θ) at ``values``."""
-    objective, x0, unravel = _unconstrained(model, args, kwargs, sites, values)
-    lam, U = _hessian(objective, x0, values)
-    cov = (U / np.maximum(lam, 1e-12)) @ U.T  # a flat direction: a very wide Laplace, not a crash
-    sd = unravel(jnp.asarray(np.sqrt(np.maximum(np.diag(cov), 0.0))))
-    return {k: np.asarray(v) for k, v in sd.items()}
-
-
 def _laplace_log_mass(model, args, kwargs, sites, values):
     r"""Laplace's log posterior mass (unnormalised) of the optimum at ``values``, in the unconstrained
     coordinates u (where the priors' supports are the whole space):
     :math:`\log p(y, \theta(\hat u)) + \log|\det J(\hat u)| + \tfrac d2 \log 2\pi - \tfrac12
     \log\det H`, H the Hessian of :math:`-\log p(y, \theta(u)) - \log|\det J(u)|` at the optimum
     (MacKay 2003, Eq. 27.10). Exact for a posterior Gaussian in u (``tests/test_pilot.py``)."""
-    objective, x0, _ = _unconstrained(model, args, kwargs, sites, values)
-    lam, _ = _hessian(objective, x0, values, jacobian=True)
-    return (-float(objective(x0, True)) + 0.5 * lam.size * math.log(2 * math.pi)
-            - 0.5 * float(np.sum(np.log(np.maximum(lam, 1e-12)))))
+    objective, x0, _ = unconstrained(model, args, kwargs, sites, values)
+    return laplace(objective, x0, values)[0]
 
 
 def _lengthscale_sites(gp, kernel, values):
@@ -208,11 +162,12 @@ def _lowered(value, sd, z):
                       value.shape)
 
 
-def _mode_record(model, args, kwargs, sites, values, log_joint, z):
+def _mode_record(model, args, kwargs, optimum, z):
     """The per-GP figures at one optimum (module docstring, step 2): the mode's shortest lengthscale, its
-    lower quantile, ``lowered`` ({site: the lower quantile of each lengthscale site}), σ_f², σ_n²."""
+    lower quantile, ``lowered`` ({site: the lower quantile of each lengthscale site}), σ_f², σ_n²; the
+    GPs' structure read from the model as given (its features and noise at the optimum's values)."""
+    values, sd = optimum["values"], optimum["sd"]
     trace = _trace(model, args, kwargs, values)
-    sd = _laplace_sd(model, args, kwargs, sites, values)
     gps = {}
     for site in _sites(trace)[1]:
         s2 = float(np.reshape(site["fn"].noise_variance, ()))
@@ -227,14 +182,41 @@ def _mode_record(model, args, kwargs, sites, values, log_joint, z):
             gps[gp] = {"lengthscale": ell, "lowered": {k: v.tolist() for k, v in lowered.items()},
                        "lengthscale_q": min((float(np.min(v)) for v in lowered.values()), default=fixed),
                        "variance": _prior_variance(kernel, X), "noise_variance": s2}
-    return {"log_joint": log_joint, "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
+    return {"log_joint": optimum["log_joint"], "log_mass": optimum["log_mass"],
+            "values": {k: np.asarray(v).tolist() for k, v in values.items()}, "gps": gps}
+
+
+def lengthscale_ranges(trace, values):
+    """{lengthscale site: (lo, hi)}: the data-supported range of every GP's lengthscale sites, from twice
+    the median spacing of its inputs to their span (per input dimension for a site with one value per
+    dimension, else the widest over the dimensions)."""
+    out = {}
+    for site in _sites(trace)[1]:
+        lo, hi = data_range(site["infer"]["ppl_sparsegp_inputs"])
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+            continue
+        for gp, kernel in site["infer"]["ppl_sparsegp_kernels"].items():
+            for k in _lengthscale_sites(gp, kernel, values):
+                per_dim = np.size(values[k]) == lo.size and lo.size > 1
+                out[k] = (lo, hi) if per_dim else (float(np.min(lo)), float(np.max(hi)))
+    return out
+
+
+def dispersed_starts(model, args, kwargs, sites, starts, num_data, rng_key):
+    """The pilot's starts (module docstring of :mod:`.pilot_search`): ``starts`` at the priors' quantiles,
+    ``num_data`` over the data-supported range of every lengthscale, independently."""
+    trace = _trace(model, args, kwargs)
+    values = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
+    return prior_starts(sites, starts) + _lhs_starts(sites, lengthscale_ranges(trace, values), num_data, rng_key)
 
 
 @validated(forwards_to="model")
 def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annotated[int, NonNegativeInt()] = 2,
                     starts: Count = 5, quantile: Annotated[float, Real(0.0, 0.5, low_open=True, high_open=True)] = 0.05,
                     noise_fraction: Positive = 0.01, log_mass_gap: NonNegative = math.log(100.0),
-                    num_steps: Count = 200, max_features: Count = MAX_FEATURES, **kwargs) -> ChosenFeatures:
+                    num_steps: Count = 200, max_features: Count = MAX_FEATURES, exact_rows: MaybeCount = EXACT_ROWS,
+                    data_starts: Annotated[int, NonNegativeInt()] = 6, rng_key: RngKey = 0,
+                    **kwargs) -> ChosenFeatures:
     r"""Choose the features of a model with :func:`~ppl_sparsegp.marginal_spectral_gp` from a pilot fit to
     the data (module docstring): every GP's features, by its family's size rule, resolving what the data
     support at a tolerance set by the noise, their domain kept (VFF's box from the prior). Families with a
@@ -246,11 +228,22 @@ def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annot
         the documented start) and the result is passed back as ``{gp name: feature}`` (e.g. a
         ``features`` argument of the model).
     :param args: the model's positional arguments (the data).
-    :param refine: refinements of every feature in the pilot (``refined()``: VFF doubles its highest
+    :param exact_rows: the pilot's marginal is the exact GP (``marginal_spectral_gp(..., exact=True)``, the
+        features ignored: its modes are the exact posterior's, wherever the data put the lengthscales) on
+        at most this many rows (default 2 000; O(n³) per gradient): all of them where N ≤ ``exact_rows``;
+        beyond, the refined-feature pilot runs on all rows, started also at the modes of the exact GP on a
+        random subsample of ``exact_rows`` rows, whose modes join the sizing (a cross-check: the features
+        resolve what either finds). None: the refined-feature pilot alone (the pilot before issue 48).
+    :param data_starts: starts that ask the data, besides the prior's: every lengthscale site at
+        log-spaced levels from twice the median spacing of the inputs to their span, each site
+        independently (a Latin hypercube), the other sites at their prior medians.
+    :param rng_key: the key of the subsample and of the data starts' permutations.
+    :param refine: refinements of every feature in the refined-feature pilot (N > ``exact_rows``, or
+        ``exact_rows=None``) (``refined()``: VFF doubles its highest
         frequency, trigonometric features their band and M, Hermite features M, spherical harmonic features
         their highest degree; arc-cosine spherical features skip the kernel's vanishing degrees when built
         with ``kernel=``, as ``from_data`` builds them, and otherwise need max_degree ≥ 4 or ``refine=0``).
-    :param starts: L-BFGS starts, every site at one prior quantile in (0.1, 0.9).
+    :param starts: L-BFGS starts at the priors' quantiles, every site at one quantile in (0.1, 0.9).
     :param quantile: the lower quantile of each mode's Laplace lengthscale the features resolve.
     :param noise_fraction: c in the tolerance :math:`c\,\sigma_n^2/\sigma_f^2` (capped at 1 %).
     :param log_mass_gap: optima whose Laplace log mass is this much below the largest are dropped
@@ -277,11 +270,12 @@ def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annot
     returns (feature sizes) is static.
     """
     with jax.enable_x64(True):  # the pilot computes in float64 whatever the user's setting (see below)
-        return _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, num_steps,
-                       int(max_features))
+        options = {"refine": refine, "starts": starts, "data_starts": data_starts, "num_steps": num_steps,
+                   "exact_rows": exact_rows, "rng_key": as_rng_key(rng_key), "gap": log_mass_gap}
+        return _choose(model, args, kwargs, options, quantile, noise_fraction, int(max_features))
 
 
-def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_mass_gap, num_steps, max_features):
+def _choose(model, args, kwargs, options, quantile, noise_fraction, max_features):
     """choose_features' body, in float64: with little noise the marginal's capacitance is ill-conditioned
     and float32's Hessian at the optimum is not finite (measured: the own-model guide's series, N = 80,
     noise sd 0.1, 'Eigenvalues did not converge'); the pilot is small, and what it returns is static
@@ -289,39 +283,50 @@ def _choose(model, args, kwargs, refine, starts, quantile, noise_fraction, log_m
     base_sites, gps = _sites(_trace(model, args, kwargs))
     given = {gp: (feature, site["infer"].get("ppl_sparsegp_inputs")) for site in gps
              for gp, feature, _ in site["infer"]["ppl_sparsegp_gps"]}
-    _check_refinable(given, refine, max_features)
+    n = max(int(np.shape(X)[0]) for _, X in given.values())
     z = -float(jax.scipy.stats.norm.ppf(quantile))
-    with refined_features(refine) if refine else contextlib.nullcontext():
-        sites = _sites(_trace(model, args, kwargs))[0]
-        optima = []
-        for init in _starts(sites, starts):
-            values, info = map_lbfgs(model, sites, model_args=args, model_kwargs=kwargs, init=init, num_steps=num_steps)
-            _warn_short(info, num_steps)
-            optima.append((-float(info["neg_log_joint"]), values))
-        distinct, seen = [], []
-        for lj, values in sorted(optima, key=lambda o: -o[0]):
-            key = np.concatenate([np.ravel(np.log(np.abs(np.asarray(values[k])) + 1e-300)) for k in sorted(values)])
-            if not any(np.max(np.abs(key - s)) < 0.05 for s in seen):  # not an optimum already found
-                seen.append(key)
-                distinct.append((_laplace_log_mass(model, args, kwargs, sites, values), lj, values))
-        best = max(mass for mass, _, _ in distinct)
-        modes = [{**_mode_record(model, args, kwargs, sites, values, lj, z), "log_mass": mass}
-                 for mass, lj, values in sorted(distinct, key=lambda o: -o[0]) if mass >= best - log_mass_gap]
+    inits = dispersed_starts(model, args, kwargs, base_sites, options["starts"], options["data_starts"],
+                             options["rng_key"])
+    rows, exact_optima = _exact_pilot(model, args, kwargs, base_sites, inits, n, options)
+    optima = exact_optima
+    if rows is not None:  # N > exact_rows (or no exact pilot): the refined features on all rows
+        refine = options["refine"]
+        _check_refinable(given, refine, max_features)
+        with refined_features(refine) if refine else contextlib.nullcontext():
+            sites = _sites(_trace(model, args, kwargs))[0]
+            starts = inits + [o["values"] for o in exact_optima]
+            optima = find_optima(model, args, kwargs, sites, starts, options["num_steps"])
+            modes = _kept(model, args, kwargs, optima, z, options["gap"])
+        modes += [dict(m, source="subsample") for m in _kept(model, args, kwargs, exact_optima, z, options["gap"])]
+    else:
+        modes = _kept(model, args, kwargs, optima, z, options["gap"])
     features, needed, kept = _resize(model, args, kwargs, given, modes, noise_fraction, max_features)
     out = ChosenFeatures(features)
-    out.info = {"modes": modes, "needed": needed, "kept": kept, "starts": starts, "refine": refine,
-                "hyperparameters": sorted(base_sites)}
+    out.info = {"modes": modes, "needed": needed, "kept": kept, "starts": len(inits), "refine": options["refine"],
+                "hyperparameters": sorted(base_sites), "pilot": "exact" if rows is None else "refined",
+                "rows": n if rows is None or not len(rows) else len(rows),
+                "optima": [{"log_joint": o["log_joint"], "log_mass": o["log_mass"],
+                            "values": {k: np.asarray(v).tolist() for k, v in o["values"].items()}} for o in optima]}
     return out
 
 
-def _warn_short(info, num_steps):
-    """Warn when L-BFGS stopped at its iteration limit (not at an optimum): the modes, their Laplace
-    masses and lengthscale quantiles are then read from a point that is not one."""
-    if not info["success"] and info["iterations"] >= num_steps:
-        warnings.warn(f"choose_features: L-BFGS stopped short after num_steps={num_steps} iterations "
-                      f"({info['message']}), "
-                      "not at an optimum: the features are chosen from a point that is not a mode; raise num_steps "
-                      "(the default is 200)", UserWarning, stacklevel=4)
+def _exact_pilot(model, args, kwargs, sites, inits, n, options):
+    """``(rows, optima)``: the exact GP's optima from the starts ``inits``, on every row (rows None) or, for
+    N > ``exact_rows``, on a random subsample of that many (rows its indices); without an exact pilot
+    (``exact_rows`` None) an empty ``rows`` and no optima."""
+    limit = options["exact_rows"]
+    if limit is None:
+        return np.zeros(0, int), []
+    rows = None if n <= limit else np.sort(np.asarray(jax.random.choice(options["rng_key"], n, (limit,), False)))
+    return rows, find_optima(exact_model(model, rows), args, kwargs, sites, inits, options["num_steps"])
+
+
+def _kept(model, args, kwargs, optima, z, gap):
+    """The records (:func:`_mode_record`) of the optima whose Laplace log mass is within ``gap`` of the best."""
+    if not optima:
+        return []
+    best = optima[0]["log_mass"]
+    return [_mode_record(model, args, kwargs, o, z) for o in optima if o["log_mass"] >= best - gap]
 
 
 def _check_refinable(given, refine, max_features):
