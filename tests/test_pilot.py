@@ -87,16 +87,18 @@ def test_laplace_log_mass_is_the_evidence_of_a_posterior_gaussian_in_the_unconst
 
 
 def test_pilot_refuses_refined_features_over_the_cap_before_fitting():
-    """The pilot fits the features refined ``refine`` times (VFF: M → 2M − 1 frequencies each time); where
-    that exceeds ``max_features`` it refuses before any L-BFGS run, naming the size and the fixes, and one
-    refinement less runs (the error's own advice)."""
+    """The refined-feature pilot (``exact_rows=None``; the default's exact-GP pilot fits no features) fits
+    the features refined ``refine`` times (VFF: M → 2M − 1 frequencies each time); where that exceeds
+    ``max_features`` it refuses before any L-BFGS run, naming the size and the fixes, and one refinement
+    less runs (the error's own advice)."""
     pilot = START["f"].refined().refined()
     with pytest.raises(psg.features.TooManyFeatures, match=f"would fit M' = {pilot.num_features} features .* "
                                                            "pass refine=1"):
-        psg.choose_features(model, XS, YS, max_features=pilot.num_features - 1, starts=1)
+        psg.choose_features(model, XS, YS, max_features=pilot.num_features - 1, starts=1, exact_rows=None)
     once = START["f"].refined()
     assert once.num_features < pilot.num_features  # the advice's refine=1 is under the cap
-    chosen = psg.choose_features(model, XS, YS, refine=1, starts=1, max_features=pilot.num_features - 1)
+    chosen = psg.choose_features(model, XS, YS, refine=1, starts=1, max_features=pilot.num_features - 1,
+                                 exact_rows=None)
     assert chosen.info["refine"] == 1
 
 

@@ -27,7 +27,9 @@ The modules: :mod:`~ppl_sparsegp.diagnostics.inference_data` (building Inference
 
 :func:`adequacy` says, per posterior draw, how much of the prior variance at the data the features miss
 (and the fix when too much); :func:`refinement_check` (:mod:`~ppl_sparsegp.diagnostics.refinement`) whether
-the posterior moves when the features are refined, which a posterior the features displaced cannot pass.
+the posterior moves when the features are refined, which a posterior the features displaced cannot pass;
+:func:`mode_check` (:mod:`~ppl_sparsegp.diagnostics.modes`) whether the draws sit in the exact marginal's
+main mode, found from dispersed starts (the refinement check is local: a minor mode passes it).
 :func:`summary` (R-hat, ESS [2]), :func:`save` / :func:`load` (netCDF),
 :func:`predict` and :func:`predictive_metrics` from an InferenceData, the metrics :func:`rmse`,
 :func:`nlpd`, :func:`mixture_nlpd`, :func:`mixture_metrics`, :func:`categorical_nlpd`, the Stein particle
@@ -45,6 +47,7 @@ from __future__ import annotations
 from .adequacy import add_adequacy, adequacy
 from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, from_svi  # noqa: F401  (re-exported)
 from .metrics import categorical_nlpd, mixture_metrics, mixture_nlpd, nlpd, rmse
+from .modes import mode_check
 from .particles import stein_diagnostics, stein_inference_data
 from .plots import plot_fit_1d, plot_spectral_density, plot_trace
 from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params  # noqa: F401  (re-exported)
@@ -53,6 +56,6 @@ from .summaries import load, save, summary
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "posterior_samples",
            "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
-           "adequacy", "add_adequacy", "refinement_check", "rmse", "nlpd",
+           "adequacy", "add_adequacy", "refinement_check", "mode_check", "rmse", "nlpd",
            "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
            "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
