@@ -254,7 +254,7 @@ def test_pilot_keeps_a_family_without_a_rule_and_says_so():
                                        "points": (features["points"], psg.Matern32(0.1, 1.0))}, xs, ys, NOISE)
 
     with pytest.raises(ValueError, match="'points' cannot be refined for the pilot.*refine=0"):
-        psg.choose_features(model, x, y, refine=1, starts=1)
+        psg.choose_features(model, x, y, refine=1, starts=1, exact_rows=None)  # the refined-feature pilot
     chosen = psg.choose_features(model, x, y, refine=0, starts=1)
     assert chosen["points"] is feats["points"] and "InducingPoints has no size rule" in chosen.info["kept"]["points"]
     assert "trend" in chosen.info["needed"] and "trend" not in chosen.info["kept"]
