@@ -30,9 +30,9 @@ import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from numpyro.distributions import Distribution, constraints
 
-__all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS", "exact_marginals", "pilot_rows"]
+__all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS"]
 
-#: set by :func:`exact_marginals`: None (off), else the rows the exact marginal keeps (an index array, or
+#: set by ``exact_marginals``: None (off), else the rows the exact marginal keeps (an index array, or
 #: ``slice(None)`` for all)
 _FORCED = contextvars.ContextVar("ppl_sparsegp_exact_marginals", default=None)
 
@@ -52,7 +52,7 @@ def exact_marginals(rows=None):
 
 
 def pilot_rows(X, y, mean_basis):
-    """``(forced, X, y, mean_basis)``: outside :func:`exact_marginals` the arguments as given and False;
+    """``(forced, X, y, mean_basis)``: outside ``exact_marginals`` the arguments as given and False;
     inside it True and the context's rows of X (axis 0), y (its last axis) and an array mean basis (axis 0;
     a callable basis is evaluated at the kept inputs)."""
     rows = _FORCED.get()

@@ -203,7 +203,7 @@ def lengthscale_ranges(trace, values):
 
 
 def dispersed_starts(model, args, kwargs, sites, starts, num_data, rng_key):
-    """The pilot's starts (module docstring of :mod:`.pilot_search`): ``starts`` at the priors' quantiles,
+    """The pilot's starts (the module docstring of ``pilot_search``): ``starts`` at the priors' quantiles,
     ``num_data`` over the data-supported range of every lengthscale, independently."""
     trace = _trace(model, args, kwargs)
     values = {k: s["value"] for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}

@@ -9,7 +9,7 @@ optima and their Laplace masses.
   inputs (per input dimension; the shortest lengthscale the samples can resolve) up to their span, the
   other sites at their prior medians. A prior that puts the lengthscale far above the data's (a
   prior–data conflict) thus does not keep the search away from the data's mode.
-* **The exact marginal.** Under :func:`~ppl_sparsegp.approximations.exact_marginal.exact_marginals` the
+* **The exact marginal.** Under ``exact_marginal.exact_marginals`` the
   model's ``marginal_spectral_gp`` is the exact GP (on all rows, or a random subsample): its modes are
   those of the exact posterior, not of an approximation whose features the prior sized (such features can
   have no mode at all near the data's lengthscale).
@@ -37,7 +37,7 @@ from scipy.optimize import minimize
 
 from .exact_marginal import exact_marginals
 
-__all__ = ["find_optima", "prior_starts", "data_starts", "exact_model", "data_range"]
+__all__: list = []  # the pilot's and mode_check's internals
 
 
 def exact_model(model, rows=None):

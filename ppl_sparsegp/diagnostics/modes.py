@@ -6,9 +6,9 @@ passes it when a mode elsewhere holds more mass (issue 48: a real series' fit at
 k̂ 0.56 where the exact GP sits at 0.91). This check looks elsewhere:
 
 1. **Optima of the exact marginal** (``marginal_spectral_gp`` as the exact GP,
-   :func:`~ppl_sparsegp.approximations.exact_marginal.exact_marginals`; on a random subsample of
+   ``exact_marginal.exact_marginals``; on a random subsample of
    ``exact_rows`` rows beyond that size) by L-BFGS from dispersed starts
-   (:mod:`~ppl_sparsegp.approximations.pilot_search`: the priors' quantiles, every lengthscale over its
+   (``approximations.pilot_search``: the priors' quantiles, every lengthscale over its
    data-supported range independently, the draws' median and a few draws), each distinct optimum with its
    Laplace log mass and Gaussian :math:`\mathcal N(\hat{\mathbf u}_k, H_k^{-1})` in the unconstrained
    coordinates.
