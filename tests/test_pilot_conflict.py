@@ -123,3 +123,16 @@ def test_mode_check_fails_draws_in_the_minor_mode_and_passes_the_main_one(refere
     main = diagnostics.mode_check(model, _planted(reference, 0), XS, YS)
     assert main["ok"] and main["draws_mode"] == 0, main["message"]
     assert main["modes"][0]["draws_share"] > 0.9
+
+
+def test_pilot_beyond_exact_rows_cross_checks_on_a_subsample(reference):
+    """N > exact_rows: the refined-feature pilot runs on all rows (on the prior's features it has no mode at
+    the data's lengthscale), started also at the exact GP's modes on a random subsample, whose modes join
+    the sizing: the features still resolve the data's mode."""
+    chosen = psg.choose_features(model, XS, YS, exact_rows=70, starts=3, data_starts=4)
+    info = chosen.info
+    assert info["pilot"] == "refined" and info["rows"] == 70
+    sub = [m for m in info["modes"] if m.get("source") == "subsample"]
+    assert sub and min(m["values"]["f_kernel_lengthscale"] for m in sub) < reference["split"]
+    assert info["needed"]["f"]["lengthscale"] < reference["optima"][0][0][0]
+    assert chosen["f"].num_frequencies > 3 * START["f"].num_frequencies

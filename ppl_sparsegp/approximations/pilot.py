@@ -231,9 +231,10 @@ def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annot
     :param exact_rows: the pilot's marginal is the exact GP (``marginal_spectral_gp(..., exact=True)``, the
         features ignored: its modes are the exact posterior's, wherever the data put the lengthscales) on
         at most this many rows (default 2 000; O(n³) per gradient): all of them where N ≤ ``exact_rows``;
-        beyond, the refined-feature pilot runs on all rows, started also at the modes of the exact GP on a
-        random subsample of ``exact_rows`` rows, whose modes join the sizing (a cross-check: the features
-        resolve what either finds). None: the refined-feature pilot alone (the pilot before issue 48).
+        beyond, the refined-feature pilot runs on all rows, started also at the optima of the exact GP on a
+        random subsample of ``exact_rows`` rows, every one of which joins the sizing (a cross-check: the
+        features resolve what either finds; the subsample's masses cannot rank the modes of all N rows).
+        None: the refined-feature pilot alone (the pilot before issue 48).
     :param data_starts: starts that ask the data, besides the prior's: every lengthscale site at
         log-spaced levels from twice the median spacing of the inputs to their span, each site
         independently (a Latin hypercube), the other sites at their prior medians.
@@ -297,7 +298,10 @@ def _choose(model, args, kwargs, options, quantile, noise_fraction, max_features
             starts = inits + [o["values"] for o in exact_optima]
             optima = find_optima(model, args, kwargs, sites, starts, options["num_steps"])
             modes = _kept(model, args, kwargs, optima, z, options["gap"])
-        modes += [dict(m, source="subsample") for m in _kept(model, args, kwargs, exact_optima, z, options["gap"])]
+        # every optimum of the subsample joins the sizing: its masses cannot rank the modes of all N rows
+        # (the prior weighs as much on fewer data: measured, the conflict test's series on 70 of 100 rows puts
+        # the data's mode 15 nats below the prior's, which holds 3.3 nats less on all 100)
+        modes += [dict(m, source="subsample") for m in _kept(model, args, kwargs, exact_optima, z, math.inf)]
     else:
         modes = _kept(model, args, kwargs, optima, z, options["gap"])
     features, needed, kept = _resize(model, args, kwargs, given, modes, noise_fraction, max_features)
