@@ -7,10 +7,16 @@ noise variance), features sized by the prior displace the posterior, and only th
 :func:`choose_features` asks the data first:
 
 1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
-   hyperparameters) runs with every feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`:
-   generously resolved; O(M'³) per evaluation from the statistics), and its log joint is maximised by
-   L-BFGS (:func:`~ppl_sparsegp.approximations.map_estimate.map_lbfgs`, type-II MAP) from ``starts`` points
-   spread over the priors' quantiles, so that a second mode is not lost.
+   hyperparameters) runs as the exact GP where N ≤ ``exact_rows`` (every ``marginal_spectral_gp`` made
+   ``exact=True``: the exact posterior's modes, wherever the data put the lengthscales; a pilot on
+   features the prior sized can have no mode at the data's lengthscale, issue 48), else with every
+   feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`; O(M'³) per evaluation from
+   the statistics) on all rows, started also at the optima of the exact GP on a random subsample of
+   ``exact_rows`` rows, all of which join the sizing. Its log joint is maximised by L-BFGS (type-II MAP;
+   one compiled objective for every start, ``pilot_search``) from ``starts`` points spread over the priors'
+   quantiles and ``data_starts`` points over every lengthscale's data-supported range (twice the inputs'
+   median spacing to their span, log-spaced, each site independently), so that a second mode, or one far
+   below the prior, is not lost.
 2. **Modes.** Every distinct optimum whose Laplace log mass (in the unconstrained coordinates: the peak,
    its width and the transforms' Jacobian) is within ``log_mass_gap`` of the largest is kept (the mass,
    not the peak height: a broad mode below a narrow one can hold more of the posterior; measured, the
