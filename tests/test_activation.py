@@ -51,7 +51,7 @@ def fh_reference(activation, d, n, scale=1.0, shift=0.0):
         integral = np.sum(w * sigma("erf", t, scale, shift) * scipy.special.eval_gegenbauer(n, alpha, t))
     else:
         f = lambda t: sigma(activation, t) * scipy.special.eval_gegenbauer(n, alpha, t) * (1 - t * t) ** (alpha - 0.5)  # noqa: E731
-        integral = scipy.integrate.quad(f, 0.0, 1.0, limit=200, epsabs=1e-14, epsrel=1e-12)[0]
+        integral = scipy.integrate.quad(f, 0.0, 1.0, limit=200, epsabs=1e-13, epsrel=1e-11)[0]
     return c_d(d) / at_one * integral
 
 
@@ -120,18 +120,23 @@ S2_KERNEL = ChordalMatern(2.5, 1.3, [0.8, 1.2], 0.9, 1.0)
 S2_FEATURE = dict(activation="erf", scale=2.0, shift=0.3)
 
 
+def matern52_chordal(t, ell=1.0):
+    """κ of ``S2_KERNEL`` written out: the Matérn-5/2 profile of the chordal distance √(2 − 2t)/ℓ."""
+    tau = np.sqrt(np.maximum(2.0 - 2.0 * np.clip(t, -1, 1), 0.0)) * np.sqrt(5.0) / ell
+    return (1.0 + tau + tau**2 / 3.0) * np.exp(-tau)
+
+
 def dense_pieces(W, Xhat, degree):
     """Per degree n ≤ degree: φ_{n,j}(w) = ∫σ(w·y)Y_{n,j}(y)dμ(y) and k_{n,j}(x̂) = ∫κ(x̂·y)Y_{n,j}(y)dμ(y) by
     quadrature on S², and a_n = ½∫κ(t)P_n(t)dt by adaptive quadrature."""
     P, w = s2_rule(80)
     Ys = [real_harmonics(n, P) for n in range(degree + 1)]
     act = sigma("erf", W @ P.T, S2_FEATURE["scale"], S2_FEATURE["shift"])              # (M, K)
-    kap = np.asarray(S2_KERNEL.kappa(jnp.asarray(np.clip(Xhat @ P.T, -1, 1))))         # (N, K)
+    kap = matern52_chordal(Xhat @ P.T)                                                 # (N, K)
     phi = [act @ (w * Y).T for Y in Ys]                                                # (M, 2n+1)
     kx = [kap @ (w * Y).T for Y in Ys]                                                 # (N, 2n+1)
-    kappa = lambda t: float(S2_KERNEL.kappa(jnp.asarray(t)))  # noqa: E731
-    a = [0.5 * scipy.integrate.quad(lambda t: kappa(t) * scipy.special.eval_legendre(n, t), -1, 1,
-                                    limit=200, epsabs=1e-15)[0] for n in range(degree + 1)]
+    a = [0.5 * scipy.integrate.quad(lambda t: matern52_chordal(t) * scipy.special.eval_legendre(n, t), -1, 1,
+                                    limit=200, epsabs=1e-14)[0] for n in range(degree + 1)]
     return phi, kx, np.array(a)
 
 
@@ -159,7 +164,7 @@ def test_kuf_and_kuu_equal_the_dense_rkhs_inner_products_on_s2():
 def test_kuu_is_symmetric_psd_and_its_diagonal_is_the_series():
     rng = np.random.default_rng(1)
     kernel = ChordalMatern(0.5, 1.0, 1.0, 1.0, 0.7)
-    feature = ActivationFeatures(rng.normal(size=(40, 4)), "relu2", 60, tolerance=1e-3, jitter=0.0)
+    feature = ActivationFeatures(rng.normal(size=(40, 4)), "relu2", 60, tolerance=1e-2, jitter=0.0)
     K = np.asarray(psg.Kuu(feature, kernel).to_dense())
     np.testing.assert_array_equal(K, K.T)
     ev = np.linalg.eigvalsh(K)
@@ -286,5 +291,5 @@ def test_bad_arguments_are_refused_naming_them():
     f = ActivationFeatures(np.ones((3, 3)), "erf", 10)
     with pytest.raises(ValueError, match="input columns"):
         psg.Kuf(f, ChordalMatern(1.5), jnp.ones((4, 3)))
-    with pytest.raises(ValueError, match="Zonal"):
+    with pytest.raises(NotImplementedError, match="Zonal"):  # the dispatcher names the registered kernels
         psg.Kuu(f, psg.Matern32(1.0, 0.5))

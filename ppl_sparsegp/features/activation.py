@@ -135,6 +135,7 @@ Directions = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf("ppl_sparsegp.para
                                                               what="a Param of shape (M, D + 1)"))]
 MAX_SEARCH_DEGREE = 2048  # the highest degree the truncation rule (from_kernel) searches
 _ACCURACY = 1e-12  # below this fraction of a_0 a kernel coefficient is quadrature rounding, not signal
+_ROUNDING = 1e-15  # a term of the Kuu series below this fraction of the sum is rounding (erf's σ̂_n ~ 1e-17)
 
 
 def _activation(activation, t, scale, shift):
@@ -250,16 +251,20 @@ def _terms(sig, a, d):
 
 
 def _tail(t, k):
-    """The estimated Σ_{n>L} t_n from the last kept terms: t_L L/(g (k − 1)) for t_n ~ n^-k (g the step
-    between kept degrees), t_L ρ/(1 − ρ) for a faster decay (ρ = t_L/t_prev); inf where it cannot tell."""
+    """The estimated Σ_{n>L} t_n from the envelope of the last kept terms, e₁ = max of the last two and
+    e₀ = max of the two before (the even and odd terms may alternate): e₁ L/(g (k − 1)) for t_n ~ n^-k
+    (g the mean step between kept degrees), 2 e₁ ρ/(1 − ρ) with ρ = e₁/e₀ for a faster decay; inf where
+    the envelope does not fall yet."""
     nz = np.nonzero(t)[0]
-    if len(nz) < 3 or not (t[nz[-1]] < t[nz[-2]] < t[nz[-3]]):
+    if len(nz) < 4:
         return math.inf
-    last, gap = nz[-1], nz[-1] - nz[-2]
+    e1, e0 = max(t[nz[-1]], t[nz[-2]]), max(t[nz[-3]], t[nz[-4]])
+    if not e1 < e0:
+        return math.inf
     if math.isfinite(k):
-        return t[last] * last / (gap * (k - 1))
-    rho = t[last] / t[nz[-2]]
-    return t[last] * rho / (1.0 - rho)
+        return e1 * nz[-1] / (0.5 * (nz[-1] - nz[-3]) * (k - 1))
+    rho = e1 / e0
+    return 2.0 * e1 * rho / (1.0 - rho)
 
 
 def _unit(V):
@@ -300,11 +305,12 @@ class ActivationFeatures(InducingFeature):
     def __init__(self, directions: Directions, activation: AnActivation = "erf", max_degree: NonNegativeInt = 20,
                  *, scale: Positive = 1.0, shift: Annotated[float, Real()] = 0.0, tolerance: Tolerance = 1e-6,
                  jitter: Annotated[Any, OrNone(Real(0.0, None))] = None):
-        V = np.asarray(directions.init if isinstance(directions, Param) else directions, dtype=float)
-        if V.ndim != 2 or V.shape[0] == 0 or V.shape[1] < 3:
+        V = directions.init if isinstance(directions, Param) else directions
+        shape = np.shape(V)
+        if len(shape) != 2 or shape[0] == 0 or shape[1] < 3:
             raise ValueError(f"ActivationFeatures: directions must have shape (M, input_dim + 1) with M >= 1 and "
-                             f"input_dim >= 2 (the sphere S^d-1, d >= 3), got shape {V.shape}")
-        if not np.all(np.linalg.norm(V, axis=1) > 0):
+                             f"input_dim >= 2 (the sphere S^d-1, d >= 3), got shape {shape}")
+        if is_concrete(V) and not np.all(np.linalg.norm(np.asarray(V, dtype=float), axis=1) > 0):
             raise ValueError("ActivationFeatures: a direction has length 0: give nonzero vectors (they are "
                              "normalised), e.g. from ActivationFeatures.from_kernel")
         if ACTIVATIONS[activation] is not None and (scale != 1.0 or shift != 0.0):
@@ -312,7 +318,7 @@ class ActivationFeatures(InducingFeature):
                              "(a scale only multiplies it, a shift moves its kink off the equator): leave them at "
                              "1 and 0")
         if not isinstance(directions, Param):
-            directions = jnp.asarray(V, dtype=jnp.result_type(float))
+            directions = jnp.asarray(V, dtype=jnp.result_type(float)) if is_concrete(V) else V
         self._set(directions=directions, activation=activation, max_degree=int(max_degree), scale=float(scale),
                   shift=float(shift), tolerance=float(tolerance), jitter=None if jitter is None else float(jitter))
 
@@ -394,6 +400,10 @@ class ActivationFeatures(InducingFeature):
             a = funk_hecke_coefficients(kernel, self.d, self.max_degree)
         t = _terms(self.coefficients(), np.asarray(a, dtype=float), self.d)
         total = float(np.sum(t))
+        rounding = t < _ROUNDING * total
+        last = np.nonzero(~rounding)[0][-1]
+        if np.any(t[last + 1:] > 0):  # the series reached the coefficients' rounding before L: the tail is below it
+            return float(np.sum(t[last + 1:])) / total + _ROUNDING, total
         return _tail(t, self.decay_exponent(kernel)) / total, total
 
     def degree_for(self, kernel):
