@@ -126,11 +126,12 @@ from .base import InducingFeature
 from .spherical import _shape_probe
 from .spherical_harmonics import _gegenbauer_at_one, funk_hecke_coefficients, num_harmonics
 
-__all__ = ["ActivationFeatures", "activation_coefficients", "ACTIVATIONS"]
+__all__ = ["ActivationFeatures", "activation_coefficients", "ACTIVATIONS", "MAX_SEARCH_DEGREE"]
 
 #: the activations: name -> the order q of ReLU^q (step 0, ReLU 1, squared ReLU 2), None for erf(st + c)
 ACTIVATIONS = {"step": 0, "relu": 1, "relu2": 2, "erf": None}
 AnActivation = Annotated[str, OneOf(*ACTIVATIONS)]
+Degree = Annotated[int, NonNegativeInt()]
 Directions = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf("ppl_sparsegp.parameters.Param",
                                                               what="a Param of shape (M, D + 1)"))]
 MAX_SEARCH_DEGREE = 2048  # the highest degree the truncation rule (from_kernel) searches
@@ -184,7 +185,7 @@ def _coefficients(activation, d, max_degree, scale, shift):
 
 
 @validated
-def activation_coefficients(activation: AnActivation, d: Annotated[int, Integer(3)], max_degree: NonNegativeInt,
+def activation_coefficients(activation: AnActivation, d: Annotated[int, Integer(3)], max_degree: Degree,
                             scale: Positive = 1.0, shift: Annotated[float, Real()] = 0.0) -> np.ndarray:
     r"""The Funk–Hecke coefficients :math:`\hat\sigma_0, \dots, \hat\sigma_L` of an activation on
     :math:`S^{d-1}` (Eq. (1) of the module docstring): :math:`\sigma(\mathbf w\cdot\hat{\mathbf x}) =
@@ -302,7 +303,7 @@ class ActivationFeatures(InducingFeature):
     kuf_kernel_fields = ("lengthscale", "bias")
 
     @validated
-    def __init__(self, directions: Directions, activation: AnActivation = "erf", max_degree: NonNegativeInt = 20,
+    def __init__(self, directions: Directions, activation: AnActivation = "erf", max_degree: Degree = 20,
                  *, scale: Positive = 1.0, shift: Annotated[float, Real()] = 0.0, tolerance: Tolerance = 1e-6,
                  jitter: Annotated[Any, OrNone(Real(0.0, None))] = None):
         V = directions.init if isinstance(directions, Param) else directions
@@ -388,12 +389,14 @@ class ActivationFeatures(InducingFeature):
                              f"(input_dim = {self.input_dim}): Kuu is an infinite series: {problem}. Pairs that "
                              f"converge here: {works} (erf pairs with every kernel whose zero degrees it shares)")
 
-    def decay_exponent(self, kernel):
+    @validated
+    def decay_exponent(self, kernel: AKernel):
         """k with t_n ~ n^-k (module docstring; inf for erf)."""
         q = ACTIVATIONS[self.activation]
         return math.inf if q is None else (self.d + 2 * q) - _kernel_decay(kernel, self.d) - (self.d - 2)
 
-    def tail(self, kernel, a=None):
+    @validated
+    def tail(self, kernel: AKernel, a: Annotated[Any, OrNone(ArrayOf(rank=1))] = None):
         """(estimated relative tail, series sum) of the Kuu diagonal series at ``max_degree`` for a concrete
         kernel (``a``: its coefficients a_0…a_L, computed when not given)."""
         if a is None:
@@ -406,7 +409,8 @@ class ActivationFeatures(InducingFeature):
             return float(np.sum(t[last + 1:])) / total + _ROUNDING, total
         return _tail(t, self.decay_exponent(kernel)) / total, total
 
-    def degree_for(self, kernel):
+    @validated
+    def degree_for(self, kernel: AKernel):
         """The smallest L ≤ :data:`MAX_SEARCH_DEGREE` whose estimated relative tail is ≤ ``tolerance``
         for a concrete kernel (coefficients of the kernel above a 1e-12 fraction of a_0 only)."""
         self.check_kernel(kernel)
