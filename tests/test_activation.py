@@ -213,6 +213,10 @@ def test_svgp_on_activation_features_approaches_the_exact_gp_as_m_grows():
     assert all(b <= exact + 1e-8 for b in bounds) and bounds[0] < bounds[1] < bounds[2], (bounds, exact)
     assert exact - bounds[2] < 0.1 * (exact - bounds[0]), (bounds, exact)
     assert errors[2] < 0.2 * errors[0] and errors[2] < 0.05, errors
+    # completeness: erf(3t) (odd: no even degree in the span) rises far less on the same directions
+    odd = [float(collapsed_elbo(ActivationFeatures(V[:M], "erf", 24, scale=3.0, tolerance=1e-8), GP_KERNEL, X, y,
+                                NOISE)) for M in (10, 160)]
+    assert odd[1] - odd[0] < 0.5 * (bounds[2] - bounds[0]), (odd, bounds)
 
 
 def test_learnable_directions_gradient_and_svi():

@@ -46,7 +46,7 @@ N(d, n)`), and every entry is bounded by it, so (3) converges iff :math:`\sum_n 
   (q = 0: step), has :math:`\hat\sigma_n = 0` exactly for n > q with n ≡ q (mod 2); erf(st) (odd) for even n;
   erf(st + c), c ≠ 0, none. The arc-cosine kernel κ_p has :math:`a_n = 0` for n > p with n ≡ p (mod 2)
   (:meth:`~ppl_sparsegp.kernels.ArcCosine.vanishing_degree`): ReLU^q with q > p has :math:`\hat\sigma_{p+2}\ne0`
-  there, so **no ReLU^q pairs with an arc-cosine kernel except q = p**, which diverges (below).
+  there, so **no ReLU^q with q > p pairs with an arc-cosine kernel**, and those with q ≤ p diverge (below).
 * *Decay*: :math:`\hat\sigma_n^2\sim n^{-\gamma}`, :math:`a_n\sim n^{-\beta}`, :math:`N(d,n)\sim n^{d-2}`, so
   :math:`t_n\sim n^{-k}` with :math:`k = \gamma - \beta - (d-2)`; converges iff **k > 1**. ReLU^q: γ = d + 2q
   ([3, App. D.2]; exactly: :math:`a_n(\kappa_q) = \hat\sigma_n^2(\mathrm{ReLU}^q)/\mathbb E_{\mathbf u}[\sigma(u_1)^2]`,
