@@ -45,7 +45,7 @@ N(d, n)`), and every entry is bounded by it, so (3) converges iff :math:`\sum_n 
   an infinite term). ReLU^q, :math:`\sigma(t) = t^q\,\mathbb 1[t>0] = \tfrac12t^q + \tfrac12t^q\operatorname{sign}t`
   (q = 0: step), has :math:`\hat\sigma_n = 0` exactly for n > q with n ≡ q (mod 2); erf(st) (odd) for even n;
   erf(st + c), c ≠ 0, none. The arc-cosine kernel κ_p has :math:`a_n = 0` for n > p with n ≡ p (mod 2)
-  (:meth:`~ppl_sparsegp.kernels.ArcCosine.vanishing_degree`): ReLU^q with q > p has :math:`\hat\sigma_{p+2}\ne0`
+  (``ArcCosine.vanishing_degree``): ReLU^q with q > p has :math:`\hat\sigma_{p+2}\ne0`
   there, so **no ReLU^q with q > p pairs with an arc-cosine kernel**, and those with q ≤ p diverge (below).
 * *Decay*: :math:`\hat\sigma_n^2\sim n^{-\gamma}`, :math:`a_n\sim n^{-\beta}`, :math:`N(d,n)\sim n^{d-2}`, so
   :math:`t_n\sim n^{-k}` with :math:`k = \gamma - \beta - (d-2)`; converges iff **k > 1**. ReLU^q: γ = d + 2q
@@ -134,7 +134,8 @@ AnActivation = Annotated[str, OneOf(*ACTIVATIONS)]
 Degree = Annotated[int, NonNegativeInt()]
 Directions = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf("ppl_sparsegp.parameters.Param",
                                                               what="a Param of shape (M, D + 1)"))]
-MAX_SEARCH_DEGREE = 2048  # the highest degree the truncation rule (from_kernel) searches
+#: the highest degree the truncation rule (:meth:`ActivationFeatures.from_kernel`) searches
+MAX_SEARCH_DEGREE = 2048
 _ACCURACY = 1e-12  # below this fraction of a_0 a kernel coefficient is quadrature rounding, not signal
 _ROUNDING = 1e-15  # a term of the Kuu series below this fraction of the sum is rounding (erf's σ̂_n ~ 1e-17)
 
