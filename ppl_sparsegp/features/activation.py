@@ -103,7 +103,7 @@ import numpy as np
 from ..covariances import Kuf, Kuu
 from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
 from ..linalg import Dense
-from ..parameters import Param, is_concrete
+from ..parameters import Param, as_rng_key, is_concrete
 from ..validation import (
     AKernel,
     AnyOf,
@@ -351,8 +351,7 @@ class ActivationFeatures(InducingFeature):
                       tolerance=tolerance)
         feature.check_kernel(kernel)
         L = feature.degree_for(_shape_probe(kernel, quantile))
-        key = jax.random.PRNGKey(rng_key) if isinstance(rng_key, int) else rng_key
-        V = np.asarray(_unit(jax.random.normal(key, (num_features, input_dim + 1))))
+        V = np.asarray(_unit(jax.random.normal(as_rng_key(rng_key), (num_features, input_dim + 1))))
         return cls(Param(V) if learnable else V, activation, L, scale=scale, shift=shift, tolerance=tolerance)
 
     @property
