@@ -64,6 +64,7 @@ from .conditionals import conditional
 from .covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from .engines import fit_nuts, fit_svi
 from .features import (
+    ActivationFeatures,
     AdditiveFeatures,
     AdditiveOrthogonal,
     FourierFeatures,
@@ -106,7 +107,7 @@ __all__ = [
     "InducingFeature", "InducingPoints", "FourierFeatures", "AdditiveFeatures", "KroneckerFeatures",
     "HermiteFeatures", "TrigonometricFeatures", "AdditiveOrthogonal", "HarmonicFeatures",
     "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures", "IntegralTransformFeatures",
-    "Kuu", "Kuf", "conditional", "sufficient_statistics",
+    "ActivationFeatures", "Kuu", "Kuf", "conditional", "sufficient_statistics",
     "SufficientStatistics",
     # q families
     "full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",

@@ -3,6 +3,7 @@
 file must be imported here, or its registrations never run."""
 # import-time registrations: VFF's one-pass sufficient_statistics; the float32-on-GPU check of every Kuu
 from . import float32, fourier_statistics  # noqa: F401
+from .activation import ActivationFeatures
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
@@ -17,4 +18,4 @@ from .trigonometric import TrigonometricFeatures
 __all__ = ["InducingFeature", "OutsideDomainWarning", "TooManyFeatures", "InducingPoints", "FourierFeatures",
            "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures",
            "HarmonicFeatures", "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
-           "IntegralTransformFeatures"]
+           "IntegralTransformFeatures", "ActivationFeatures"]
