@@ -32,7 +32,7 @@ the posterior moves when the features are refined, which a posterior the feature
 :func:`predict` and :func:`predictive_metrics` from an InferenceData, the metrics :func:`rmse`,
 :func:`nlpd`, :func:`mixture_nlpd`, :func:`mixture_metrics`, :func:`categorical_nlpd`, the Stein particle
 results (:func:`stein_inference_data`, :func:`stein_diagnostics`) and the plots :func:`plot_trace`,
-:func:`plot_fit_1d`, :func:`plot_spectral_density` complete the module.
+:func:`plot_fit_1d`, :func:`plot_spectral_density`, :func:`plot_adequacy` complete the module.
 
 References:
     1. Hensman, Matthews, Filippone, Ghahramani (2015), MCMC for variationally sparse Gaussian processes.
@@ -46,7 +46,7 @@ from .adequacy import add_adequacy, adequacy
 from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, from_svi  # noqa: F401  (re-exported)
 from .metrics import categorical_nlpd, mixture_metrics, mixture_nlpd, nlpd, rmse
 from .particles import stein_diagnostics, stein_inference_data
-from .plots import plot_fit_1d, plot_spectral_density, plot_trace
+from .plots import plot_adequacy, plot_fit_1d, plot_spectral_density, plot_trace
 from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params  # noqa: F401  (re-exported)
 from .refinement import refinement_check
 from .summaries import load, save, summary
@@ -55,4 +55,4 @@ __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "
            "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
            "adequacy", "add_adequacy", "refinement_check", "rmse", "nlpd",
            "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
-           "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
+           "stein_inference_data", "stein_diagnostics", "plot_spectral_density", "plot_adequacy"]
