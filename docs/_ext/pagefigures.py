@@ -110,6 +110,15 @@ def make(execute: bool, log=print) -> None:
         stamp.write_text(want)
 
 
+def save_fallbacks() -> None:
+    """Copies every job's figures from ``docs/_generated`` (an executed build) to the committed
+    fallbacks of ``docs/_figures`` (``make docs-figures``)."""
+    for job, (_, files) in JOBS.items():
+        (FALLBACKS / job).mkdir(parents=True, exist_ok=True)
+        for f in files:
+            shutil.copyfile(GENERATED / job / f, FALLBACKS / job / f)
+
+
 def _builder_inited(app):
     from sphinx.util import logging
 
