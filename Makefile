@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SPHINX := $(PY) -m sphinx -n -W --keep-going -b html docs docs/_build/html
 
-.PHONY: demo test test-slow docs docs-fast wheel-check lint
+.PHONY: demo test test-slow docs docs-fast docs-figures wheel-check lint
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,9 +41,14 @@ test-slow: $(VENV)/.installed-test
 docs: $(VENV)/.installed-docs
 	$(SPHINX)
 
-# the same without executing the notebooks (what CI builds): a broken reference or docstring still fails
+# the same without executing the notebooks (what CI builds): a broken reference or docstring still fails;
+# the pages' figures are the committed fallbacks of docs/_figures
 docs-fast: $(VENV)/.installed-docs
 	PPL_SPARSEGP_DOCS_EXECUTE=0 $(SPHINX)
+
+# the executed build, then its figures (the pines map, the guides' plots) as the committed fallbacks
+docs-figures: docs
+	$(PY) -c "import sys; sys.path.insert(0, 'docs/_ext'); import pagefigures; pagefigures.save_fallbacks()"
 
 # ruff with the configuration of pyproject.toml ([tool.ruff]: NumPyro's E, F, I, W rules at 120 columns)
 lint: $(VENV)/.installed-test

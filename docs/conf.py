@@ -34,8 +34,9 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinx_copybutton",
+    "pagefigures",  # the figures the pages show, made by the build (_ext/pagefigures.py)
 ]
-exclude_patterns = ["_build", "_ext", "conf.py", "jupyter_execute", ".jupyter_cache"]
+exclude_patterns = ["_build", "_ext", "_generated", "_figures", "conf.py", "jupyter_execute", ".jupyter_cache"]
 templates_path = []
 
 # --- the API reference --------------------------------------------------------------------------------
@@ -69,6 +70,8 @@ for stale in EXAMPLES.glob("*.py"):
 nb_custom_formats = {".py": "nbreader.read_percent"}
 EXECUTE = os.environ.get("PPL_SPARSEGP_DOCS_EXECUTE", "1") != "0"
 nb_execution_mode = "cache" if EXECUTE else "off"
+# the pines map and the guides' plots: their jobs run when executing, else the committed fallbacks
+pagefigures_execute = EXECUTE
 nb_execution_timeout = 1200
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True

@@ -34,8 +34,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 # %% tags=["remove-cell"]
-# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
-# collect its figures in NOTEBOOK_OUT
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small
+# (QUICK=1) and collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 
@@ -50,14 +50,15 @@ kernel = psg.SquaredExponential(variance=1.0, lengthscale=0.6)
 g = np.linspace(-2, 2, 41)
 grid = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
 x0 = np.array([[0.8, 0.4]])
-sub = np.asarray(jax.jit(harmonic_gram, static_argnums=0)(group, kernel, grid, x0))[:, :, 0]
+gram = jax.jit(harmonic_gram, static_argnums=0)
+sub = np.asarray(gram(group, kernel, grid, x0))[:, :, 0]
 full = np.asarray(kernel(grid, x0))[:, 0]
 print("max |Σ_t k_t − k| =", np.abs(sub.sum(0) - full).max())
 
 fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
 for ax, values, title in zip(axes, [full, *sub], ["k", "k_0", "k_1 + k_3", "k_2"]):
-    im = ax.imshow(values.reshape(41, 41), origin="lower", extent=(-2, 2, -2, 2), cmap="RdBu_r",
-                   vmin=-np.abs(full).max(), vmax=np.abs(full).max())
+    im = ax.imshow(values.reshape(41, 41), origin="lower", extent=(-2, 2, -2, 2),
+                   cmap="RdBu_r", vmin=-np.abs(full).max(), vmax=np.abs(full).max())
     ax.plot(*x0[0], "k+")
     ax.set_title(f"{title}(x, x')")
 fig.colorbar(im, ax=axes, shrink=0.8)
@@ -87,17 +88,21 @@ X = rng.normal(size=(N, 2))
 y = truth(X) + 0.1 * rng.normal(size=N)
 X_test = rng.normal(size=(500, 2))
 y_test = truth(X_test) + 0.1 * rng.normal(size=500)
-gg = np.stack(np.meshgrid(np.linspace(-2.5, 2.5, 50), np.linspace(-2.5, 2.5, 50)), -1).reshape(-1, 2)
+g50 = np.linspace(-2.5, 2.5, 50)
+gg = np.stack(np.meshgrid(g50, g50), -1).reshape(-1, 2)
 positive = constraints.positive
 
 
 def fit(feature, q_cov):
-    gp = psg.SparseGP(feature, psg.SquaredExponential(psg.Param(1.0, positive), psg.Param(0.8, positive)),
-                      Gaussian(psg.Param(0.1, positive)), q_cov=q_cov)
-    svi = SVI(gp.model, gp.guide, NaturalGradient(gp, numpyro.optim.Adam(0.02), gamma=0.1), AnalyticELBO(gp))
-    result = jax.jit(lambda key: svi.run(key, steps, X, y, batch_size=128, progress_bar=False))(
-        jax.random.PRNGKey(0))
-    pred = jax.jit(lambda p: gp.predict(np.concatenate([X_test, gg]), params=p))(result.params)
+    kernel = psg.SquaredExponential(psg.Param(1.0, positive), psg.Param(0.8, positive))
+    gp = psg.SparseGP(feature, kernel, Gaussian(psg.Param(0.1, positive)), q_cov=q_cov)
+    optim = NaturalGradient(gp, numpyro.optim.Adam(0.02), gamma=0.1)
+    svi = SVI(gp.model, gp.guide, optim, AnalyticELBO(gp))
+    run = jax.jit(lambda key: svi.run(key, steps, X, y, batch_size=128,
+                                      progress_bar=False))
+    result = run(jax.random.PRNGKey(0))
+    X_all = np.concatenate([X_test, gg])
+    pred = jax.jit(lambda p: gp.predict(X_all, params=p))(result.params)
     mean, var = np.asarray(pred["y_mean"])[:500], np.asarray(pred["y_var"])[:500]
     rmse = np.sqrt(np.mean((mean - y_test) ** 2))
     nlpd = np.mean(0.5 * np.log(2 * np.pi * var) + (y_test - mean) ** 2 / (2 * var))
@@ -108,10 +113,12 @@ Z = X[:m]
 runs = {
     f"SVGP m={m}": fit(psg.InducingPoints(psg.Param(Z)), "full"),
     f"SVGP 3m={3 * m}": fit(psg.InducingPoints(psg.Param(X[:3 * m])), "full"),
-    f"HVGP 3x{m}": fit(HarmonicFeatures(group, psg.Param(np.stack([Z] * 3))), block_diagonal_covariance),
+    f"HVGP 3x{m}": fit(HarmonicFeatures(group, psg.Param(np.stack([Z] * 3))),
+                       block_diagonal_covariance),
 }
 for name, (gp, result, rmse, nlpd, _) in runs.items():
-    print(f"{name:>12}: test RMSE {rmse:.3f}  NLPD {nlpd:.3f}  final loss {float(result.losses[-1]):.1f}")
+    loss = float(result.losses[-1])
+    print(f"{name:>12}: test RMSE {rmse:.3f}  NLPD {nlpd:.3f}  final loss {loss:.1f}")
 
 # %% [markdown]
 # Kuu of the HVGP is block-diagonal: one m × m block per sub-kernel (what makes the cost T m³).
@@ -119,16 +126,18 @@ for name, (gp, result, rmse, nlpd, _) in runs.items():
 # %%
 gp, result = runs[f"HVGP 3x{m}"][:2]
 feature = gp.feature.replace(Z=result.params["feature_Z"])
-fitted_kernel = psg.SquaredExponential(result.params["kernel_variance"], result.params["kernel_lengthscale"])
+fitted_kernel = psg.SquaredExponential(result.params["kernel_variance"],
+                                       result.params["kernel_lengthscale"])
 Kmm = jax.eval_shape(lambda: psg.Kuu(feature, fitted_kernel))  # structure only
 print("Kuu blocks:", type(Kmm).__name__, Kmm.block_sizes)
 
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
-axes[0].imshow(truth(gg).reshape(50, 50), origin="lower", extent=(-2.5, 2.5, -2.5, 2.5), cmap="viridis")
+box = (-2.5, 2.5, -2.5, 2.5)
+axes[0].imshow(truth(gg).reshape(50, 50), origin="lower", extent=box, cmap="viridis")
 axes[0].set_title("truth")
 for ax, name in zip(axes[1:], [f"SVGP m={m}", f"HVGP 3x{m}"]):
     _, res, rmse, _, mean = runs[name]
-    ax.imshow(mean.reshape(50, 50), origin="lower", extent=(-2.5, 2.5, -2.5, 2.5), cmap="viridis")
+    ax.imshow(mean.reshape(50, 50), origin="lower", extent=box, cmap="viridis")
     Zf = np.asarray(res.params["feature_Z"]).reshape(-1, 2)
     ax.plot(Zf[:, 0], Zf[:, 1], "w.", ms=4)
     ax.set_title(f"{name}: mean (RMSE {rmse:.3f})")

@@ -38,8 +38,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 # %% tags=["remove-cell"]
-# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
-# collect its figures in NOTEBOOK_OUT
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small
+# (QUICK=1) and collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 
@@ -74,10 +74,11 @@ def count_model(t, y=None, t_new=None):
     numpyro.sample("y", dist.Poisson(jnp.exp(c + f)), obs=y)
 
 
-mcmc = MCMC(NUTS(count_model, target_accept_prob=0.9), num_warmup=WARMUP, num_samples=SAMPLES,
-            num_chains=CHAINS, chain_method="sequential", progress_bar=not QUICK)
+mcmc = MCMC(NUTS(count_model, target_accept_prob=0.9), num_warmup=WARMUP,
+            num_samples=SAMPLES, num_chains=CHAINS, chain_method="sequential",
+            progress_bar=not QUICK)
 mcmc.run(jax.random.PRNGKey(0), t, counts)
-idata = diagnostics.from_mcmc(mcmc, count_model)  # the inducing site gets the dim "feature"
+idata = diagnostics.from_mcmc(mcmc, count_model)  # the inducing site: dim "feature"
 print(az.summary(idata, var_names=["c", "f_kernel_variance", "f_kernel_lengthscale"]))
 
 # %% [markdown]
@@ -96,16 +97,17 @@ diagnostics.add_adequacy(idata, check)  # stored in the InferenceData (group "ad
 
 # %%
 t_fine = np.linspace(0.0, 1.0, 400)
-draws = Predictive(count_model, mcmc.get_samples())(jax.random.PRNGKey(1), t, None, t_new=t_fine)
+predictive = Predictive(count_model, mcmc.get_samples())
+draws = predictive(jax.random.PRNGKey(1), t, None, t_new=t_fine)
 rate = np.exp(np.asarray(mcmc.get_samples()["c"])[:, None] + np.asarray(draws["f_new"]))
 lo, mid, hi = np.percentile(rate, [5, 50, 95], axis=0)
-inside = np.mean((np.exp(1.5 + np.sin(6 * t_fine) + 0.6 * np.cos(17 * t_fine)) >= lo)
-                 & (np.exp(1.5 + np.sin(6 * t_fine) + 0.6 * np.cos(17 * t_fine)) <= hi))
+true_rate = np.exp(1.5 + np.sin(6 * t_fine) + 0.6 * np.cos(17 * t_fine))
+inside = np.mean((true_rate >= lo) & (true_rate <= hi))
 print(f"the true rate lies inside the 90% band at {inside:.0%} of the fine grid")
 
 fig, ax = plt.subplots(figsize=(8, 3))
 ax.plot(t, counts, "k.", ms=3, label="counts")
-ax.plot(t_fine, np.exp(1.5 + np.sin(6 * t_fine) + 0.6 * np.cos(17 * t_fine)), "C3--", label="true rate")
+ax.plot(t_fine, true_rate, "C3--", label="true rate")
 ax.plot(t_fine, mid, "C0", label="posterior median rate")
 ax.fill_between(t_fine, lo, hi, color="C0", alpha=0.3, label="90% band")
 ax.set_xlabel("t")
@@ -125,13 +127,18 @@ plt.savefig(os.path.join(OUT, "own_model_counts_trace.png"), dpi=70)
 # %%
 n = 120 if QUICK else 250
 S = np.column_stack([rng.uniform(0, 1, n), rng.uniform(0, 2, n)])
-truth = lambda s: np.sin(4 * s[:, 0]) * np.cos(2.5 * s[:, 1]) + 0.3 * s[:, 1]  # noqa: E731
+
+
+def truth(s):
+    return np.sin(4 * s[:, 0]) * np.cos(2.5 * s[:, 1]) + 0.3 * s[:, 1]
+
+
 z = truth(S) + 0.2 * rng.normal(size=n)
 
 ell_prior2 = dist.LogNormal(np.log(jnp.array([0.3, 0.5])), 0.3)
 feature2 = KroneckerFeatures.from_data(S, ell_prior2, tolerance=0.1 if QUICK else 0.02)
-print("frequencies per axis:", [g.num_frequencies for g in feature2.features], "→", feature2.num_features,
-      "features")
+print("frequencies per axis:", [g.num_frequencies for g in feature2.features], "→",
+      feature2.num_features, "features")
 
 
 def field_model(S, z=None, S_new=None):
@@ -153,7 +160,8 @@ print(az.summary(idata2, var_names=["ell", "amp", "noise", "mean"]))
 post = mcmc2.get_samples()
 check2 = diagnostics.adequacy(
     feature2, post, S,
-    kernel=lambda d: psg.Product([psg.Matern32(d["amp"], d["ell"][0]), psg.Matern32(1.0, d["ell"][1])]))
+    kernel=lambda d: psg.Product([psg.Matern32(d["amp"], d["ell"][0]),
+                                  psg.Matern32(1.0, d["ell"][1])]))
 print(check2["message"])
 
 # %% [markdown]
@@ -173,14 +181,18 @@ k_hat = psg.Product([psg.Matern32(hat["amp"], ell_hat[0]), psg.Matern32(1.0, ell
 K = np.asarray(k_hat(jnp.asarray(S))) + hat["noise"] ** 2 * np.eye(n)
 Ks = np.asarray(k_hat(jnp.asarray(S_fine), jnp.asarray(S)))
 exact = hat["mean"] + Ks @ np.linalg.solve(K, z - hat["mean"])
-exact_sd = np.sqrt(np.maximum(hat["amp"] - np.sum(Ks * np.linalg.solve(K, Ks.T).T, 1), 1e-12))
-print(f"median |posterior mean − exact GP mean| = {np.median(np.abs(field_mean - exact) / exact_sd):.2f} "
-      "exact-posterior sd (hyperparameters integrated vs fixed at their means)")
+exact_var = hat["amp"] - np.sum(Ks * np.linalg.solve(K, Ks.T).T, 1)
+exact_sd = np.sqrt(np.maximum(exact_var, 1e-12))
+distance = np.median(np.abs(field_mean - exact) / exact_sd)
+print(f"median |posterior mean − exact GP mean| = {distance:.2f} exact-posterior sd "
+      "(hyperparameters integrated vs fixed at their means)")
 
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-for ax, img, title in zip(axes, (truth(S_fine), field_mean, exact),
-                          ("truth", "spectral_gp + NUTS, posterior mean", "exact GP at the posterior mean θ")):
-    im = ax.imshow(img.reshape(40, 40).T, origin="lower", extent=(0, 1, 0, 2), aspect="auto")
+titles = ("truth", "spectral_gp + NUTS, posterior mean",
+          "exact GP at the posterior mean θ")
+for ax, img, title in zip(axes, (truth(S_fine), field_mean, exact), titles):
+    im = ax.imshow(img.reshape(40, 40).T, origin="lower", extent=(0, 1, 0, 2),
+                   aspect="auto")
     ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax)
 axes[0].plot(S[:, 0], S[:, 1], "k.", ms=2)
@@ -199,14 +211,17 @@ n3 = 120 if QUICK else 300
 t3 = np.sort(rng.uniform(0.0, 20.0, n3))
 T3 = jnp.asarray(t3)[:, None]
 K3 = np.asarray(psg.Matern52(0.5, 0.8)(T3) + psg.Periodic(0.3, 1.0, 1.0)(T3))
-y3 = 0.3 + 0.02 * t3 + np.linalg.cholesky(K3 + 1e-9 * np.eye(n3)) @ rng.normal(size=n3) + 0.1 * rng.normal(size=n3)
-ell_prior3 = dist.LogNormal(np.log(0.8 * np.exp(0.5 * 2.326)), 0.5)  # the truth at the prior's 1% quantile
+L3 = np.linalg.cholesky(K3 + 1e-9 * np.eye(n3))
+y3 = 0.3 + 0.02 * t3 + L3 @ rng.normal(size=n3) + 0.1 * rng.normal(size=n3)
+# the truth at the prior's 1% quantile
+ell_prior3 = dist.LogNormal(np.log(0.8 * np.exp(0.5 * 2.326)), 0.5)
 
 
 def linear3(s):
-    """The linear mean's basis as a function of the inputs, written with jax.numpy: the library evaluates it
-    at the data (and at t_new) when the model is traced, so it stays data; an array built with jnp inside
-    the model would be a tracer under NUTS, and every gradient would pay for N."""
+    """The linear mean's basis as a function of the inputs, written with jax.numpy: the
+    library evaluates it at the data (and at t_new) when the model is traced, so it stays
+    data; an array built with jnp inside the model would be a tracer under NUTS, and every
+    gradient would pay for N."""
     return jnp.stack([jnp.ones_like(s), s / 20], -1)
 
 
@@ -215,28 +230,32 @@ def series_model(t, y, trend_feature, t_new=None):
          "ell": numpyro.sample("trend_ell", ell_prior3),
          "season": numpyro.sample("season_var", dist.LogNormal(np.log(0.3), 1.0)),
          "noise": numpyro.sample("noise", dist.HalfNormal(0.3))}
+    gps = {"trend": (trend_feature, psg.Matern52(h["var"], h["ell"])),
+           "season": (FourierFeatures(0.0, 1.0, 8), psg.Periodic(h["season"], 1.0, 1.0))}
     return psg.marginal_spectral_gp(
-        "y", {"trend": (trend_feature, psg.Matern52(h["var"], h["ell"])),
-              "season": (FourierFeatures(0.0, 1.0, 8), psg.Periodic(h["season"], 1.0, 1.0))},
-        t, y, h["noise"], mean_basis=linear3, mean_prior=dist.Normal(jnp.zeros(2), 1.0), X_new=t_new)
+        "y", gps, t, y, h["noise"], mean_basis=linear3,
+        mean_prior=dist.Normal(jnp.zeros(2), 1.0), X_new=t_new)
 
 
 def fit_series(feature):
-    m = MCMC(NUTS(series_model), num_warmup=WARMUP, num_samples=SAMPLES, num_chains=CHAINS,
-             chain_method="sequential", progress_bar=not QUICK)
+    m = MCMC(NUTS(series_model), num_warmup=WARMUP, num_samples=SAMPLES,
+             num_chains=CHAINS, chain_method="sequential", progress_bar=not QUICK)
     m.run(jax.random.PRNGKey(4), t3, y3, feature, extra_fields=("num_steps",))
     return m
 
 
 # the old rule (the prior's 5% quantile, the margin uncapped) cannot resolve the truth
-coarse = FourierFeatures.from_data(t3, ell_prior3, nu=2.5, quantile=0.05, max_margin=np.inf)
-# the documented start: the prior's rule, then a pilot fit (type-II MAP from several starts with refined
-# features, a Laplace lower quantile of the lengthscale, a tolerance set by the noise) chooses the
-# frequencies for what the data support, keeping the prior's box
+coarse = FourierFeatures.from_data(t3, ell_prior3, nu=2.5, quantile=0.05,
+                                   max_margin=np.inf)
+# the documented start: the prior's rule, then a pilot fit (type-II MAP from several
+# starts with refined features, a Laplace lower quantile of the lengthscale, a tolerance
+# set by the noise) chooses the frequencies for what the data support, keeping the
+# prior's box
 start = FourierFeatures.from_data(t3, ell_prior3, nu=2.5)
 chosen = psg.choose_features(series_model, t3, y3, start)
 resolved = chosen["trend"]
-print("pilot:", {k: round(v["lengthscale"], 3) for k, v in chosen.info["needed"].items()}, "->", resolved)
+needed = {k: round(v["lengthscale"], 3) for k, v in chosen.info["needed"].items()}
+print("pilot:", needed, "->", resolved)
 checks = {}
 for label, feat in (("old rule", coarse), ("pilot's choice", resolved)):
     m = fit_series(feat)
@@ -244,9 +263,11 @@ for label, feat in (("old rule", coarse), ("pilot's choice", resolved)):
     steps = float(np.mean(m.get_extra_fields()["num_steps"]))
     checks[label] = diagnostics.refinement_check(series_model, post3, t3, y3, feat,
                                                  num_warmup=WARMUP, num_samples=SAMPLES)
-    print(f"{label}: box [{feat.a:.1f}, {feat.b:.1f}], {feat.num_frequencies} frequencies; trend ℓ "
-          f"{float(post3['trend_ell'].mean()):.2f} ± {float(post3['trend_ell'].std()):.2f} (truth 0.8), noise "
-          f"{float(post3['noise'].mean()):.3f} (truth 0.1), {steps:.0f} leapfrog steps per draw")
+    ell3, noise3 = post3["trend_ell"], float(post3["noise"].mean())
+    print(f"{label}: box [{feat.a:.1f}, {feat.b:.1f}], "
+          f"{feat.num_frequencies} frequencies; "
+          f"trend ℓ {float(ell3.mean()):.2f} ± {float(ell3.std()):.2f} (truth 0.8), "
+          f"noise {noise3:.3f} (truth 0.1), {steps:.0f} leapfrog steps per draw")
     print("   ", checks[label]["message"])
     series_mcmc = m
 
@@ -262,7 +283,8 @@ for label, feat in (("old rule", coarse), ("pilot's choice", resolved)):
 
 # %%
 t_new3 = np.linspace(0.0, 20.0, 400)
-pred3 = Predictive(series_model, series_mcmc.get_samples())(jax.random.PRNGKey(5), t3, y3, resolved, t_new=t_new3)
+predictive3 = Predictive(series_model, series_mcmc.get_samples())
+pred3 = predictive3(jax.random.PRNGKey(5), t3, y3, resolved, t_new=t_new3)
 lo3, mid3, hi3 = np.percentile(np.asarray(pred3["y_new"]), [5, 50, 95], axis=0)
 fig, axes = plt.subplots(2, 1, figsize=(8, 5), sharex=True)
 axes[0].plot(t3, y3, "k.", ms=3, label="y")

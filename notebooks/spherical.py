@@ -34,7 +34,6 @@ import numpyro.distributions as dist
 from numpyro.infer import SVI, Trace_ELBO
 
 import ppl_sparsegp as psg
-from ppl_sparsegp.approximations.collapsed import collapsed_elbo, exact_log_marginal_likelihood
 from ppl_sparsegp.features import SphericalHarmonicFeatures
 from ppl_sparsegp.features.spherical import funk_hecke_coefficients, num_harmonics
 
@@ -44,8 +43,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 # %% tags=["remove-cell"]
-# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
-# collect its figures in NOTEBOOK_OUT
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small
+# (QUICK=1) and collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 
@@ -68,12 +67,15 @@ counts = np.array([num_harmonics(d, n) for n in range(17)])
 for kernel in (psg.ArcCosine(1), psg.ChordalMatern(1.5, chordal_lengthscale=0.5)):
     a = np.asarray(funk_hecke_coefficients(kernel, d, 16))  # a_0 … a_16
     unresolved = 1 - np.cumsum(counts * a)
-    print(type(kernel).__name__, "unresolved at L = 2, 4, 8, 16:", np.round(unresolved[[2, 4, 8, 16]], 5))
-print("features per degree on S²:", [num_harmonics(d, n) for n in range(6)], "… on S⁸:",
-      [num_harmonics(9, n) for n in range(6)])
+    print(type(kernel).__name__, "unresolved at L = 2, 4, 8, 16:",
+          np.round(unresolved[[2, 4, 8, 16]], 5))
+print("features per degree on S²:", [num_harmonics(d, n) for n in range(6)],
+      "… on S⁸:", [num_harmonics(9, n) for n in range(6)])
 
-prior = psg.ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0), lengthscale=dist.LogNormal(0.0, 1.0),
-                          bias=dist.LogNormal(0.0, 1.0), chordal_lengthscale=dist.LogNormal(0.0, 0.3))
+prior = psg.ChordalMatern(1.5, variance=dist.LogNormal(0.0, 1.0),
+                          lengthscale=dist.LogNormal(0.0, 1.0),
+                          bias=dist.LogNormal(0.0, 1.0),
+                          chordal_lengthscale=dist.LogNormal(0.0, 0.3))
 feature = SphericalHarmonicFeatures.from_data(X, prior, tolerance=0.03 if QUICK else 0.01)
 print(f"from_data: max_degree {feature.max_degree}, M = {feature.num_features}")
 
@@ -91,27 +93,31 @@ print({k: np.round(np.asarray(values[k]), 3).tolist() for k in gp.hyperparameter
 # The prediction against the exact GP with the same hyperparameters.
 
 # %%
-kernel = psg.ChordalMatern(1.5, values["kernel_variance"], values["kernel_lengthscale"], values["kernel_bias"],
-                           values["kernel_chordal_lengthscale"])
+kernel = psg.ChordalMatern(1.5, values["kernel_variance"], values["kernel_lengthscale"],
+                           values["kernel_bias"], values["kernel_chordal_lengthscale"])
 noise = values["likelihood_variance"]
 g = np.linspace(-2, 2, 25 if QUICK else 60)
 Xs = jnp.asarray(np.stack(np.meshgrid(g, g), -1).reshape(-1, 2))
-pred = jax.jit(lambda Xs, X, y, p: gp.with_data(X, y).predict(Xs, params=p))(Xs, X, y, result.params)
+predict = jax.jit(lambda Xs, X, y, p: gp.with_data(X, y).predict(Xs, params=p))
+pred = predict(Xs, X, y, result.params)
 K = kernel(X) + noise * jnp.eye(150)
 mean_exact = kernel(Xs, X) @ jnp.linalg.solve(K, y)
-print("max |spherical mean − exact mean| =", float(jnp.max(jnp.abs(pred["f_mean"] - mean_exact))))
+print("max |spherical mean − exact mean| =",
+      float(jnp.max(jnp.abs(pred["f_mean"] - mean_exact))))
 
 # %% [markdown]
 # The collapsed bound against the exact log marginal likelihood as the degree grows (at these
 # hyperparameters): it stays below and closes.
 
 # %%
-exact = float(exact_log_marginal_likelihood(kernel, X, y, noise))
+exact = float(psg.exact_log_marginal_likelihood(kernel, X, y, noise))
 degrees = (2, 4, 6) if QUICK else (2, 4, 6, 8, 12, 16)
-bound = jax.jit(lambda f, X, y: collapsed_elbo(f, kernel, X, y, noise), static_argnums=0)
+bound = jax.jit(lambda f, X, y: psg.collapsed_elbo(f, kernel, X, y, noise),
+                static_argnums=0)
 bounds = [float(bound(SphericalHarmonicFeatures(2, L), X, y)) for L in degrees]
 for L, b in zip(degrees, bounds):
-    print(f"L = {L:2d}  M = {SphericalHarmonicFeatures(2, L).num_features:4d}  bound {b:9.2f}  exact {exact:9.2f}")
+    M = SphericalHarmonicFeatures(2, L).num_features
+    print(f"L = {L:2d}  M = {M:4d}  bound {b:9.2f}  exact {exact:9.2f}")
 
 fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
 n = len(g)
@@ -142,10 +148,12 @@ fig.savefig(os.path.join(OUT, "spherical.png"), dpi=80)
 # %%
 from ppl_sparsegp.optim import AnalyticELBO, NaturalGradient  # noqa: E402
 
-svgp = psg.SparseGP(feature, prior, psg.Gaussian(variance=dist.LogNormal(-3.0, 1.0)), q_cov="diag")
-svi_mb = SVI(svgp.model, svgp.guide, NaturalGradient(svgp, numpyro.optim.Adam(0.02), gamma=0.1),
-             AnalyticELBO(svgp))
-fit_mb = svi_mb.run(jax.random.PRNGKey(1), 400 if QUICK else 4000, X, y, batch_size=64, progress_bar=False)
+svgp = psg.SparseGP(feature, prior, psg.Gaussian(variance=dist.LogNormal(-3.0, 1.0)),
+                    q_cov="diag")
+natgrad = NaturalGradient(svgp, numpyro.optim.Adam(0.02), gamma=0.1)
+svi_mb = SVI(svgp.model, svgp.guide, natgrad, AnalyticELBO(svgp))
+fit_mb = svi_mb.run(jax.random.PRNGKey(1), 400 if QUICK else 4000, X, y, batch_size=64,
+                    progress_bar=False)
 pred_mb = svgp.predict(Xs, params=fit_mb.params)
 f_true = truth(np.asarray(Xs))
 rms = lambda f: float(jnp.sqrt(jnp.mean((f - f_true) ** 2)))  # noqa: E731

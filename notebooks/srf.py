@@ -24,8 +24,8 @@ import numpy as np
 import numpyro.distributions as dist
 
 import ppl_sparsegp as psg
+from ppl_sparsegp import diagnostics
 from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
-from ppl_sparsegp.diagnostics import mixture_metrics, plot_spectral_density, stein_diagnostics, stein_inference_data
 from ppl_sparsegp.features.random_fourier import RandomFourierFeatures, sample_frequencies
 from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.stein import fit_msrfr
@@ -36,8 +36,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 # %% tags=["remove-cell"]
-# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
-# collect its figures in NOTEBOOK_OUT
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small
+# (QUICK=1) and collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 
@@ -52,7 +52,8 @@ for method in ("mc", "qmc", "orf"):
     errs = []
     for R in (10, 100, 1000):
         W = sample_frequencies(kernel, jax.random.PRNGKey(R), R, 2, method)
-        errs.append(float(jnp.linalg.norm(K - RandomFourierFeatures(W).gram(kernel, X)) / jnp.linalg.norm(K)))
+        K_rff = RandomFourierFeatures(W).gram(kernel, X)
+        errs.append(float(jnp.linalg.norm(K - K_rff) / jnp.linalg.norm(K)))
     print(f"{method:4s}  R = 10, 100, 1000: " + ", ".join(f"{e:.4f}" for e in errs))
 
 # %% [markdown]
@@ -69,20 +70,24 @@ y = f_true(x[:, 0]) + 0.1 * rng.normal(size=60)
 ym, ys = y.mean(), y.std()
 X_train, y_train = jnp.asarray(x), jnp.asarray((y - ym) / ys)
 
+lengthscale = psg.Param(jnp.array([0.1]), dist.constraints.positive)
 gp = SparseSpectrumGP(
-    psg.SquaredExponential(variance=1.0, lengthscale=psg.Param(jnp.array([0.1]), dist.constraints.positive)),
+    psg.SquaredExponential(variance=1.0, lengthscale=lengthscale),
     Gaussian(0.01), frequencies=dist.Normal(0.0, 3.0).expand((8, 1)).to_event(2))
 start = time.perf_counter()
 result = fit_msrfr(gp, X_train, y_train, jax.random.PRNGKey(0), num_particles=4,
                    num_steps=60 if QUICK else 500, lr=0.05, lr_shared=0.01, repulsion=1.0,
                    annealing_power=0.5)
 jax.block_until_ready(result.params)
-print(f"fitted in {time.perf_counter() - start:.1f} s; lengthscale {np.asarray(result.shared['kernel_lengthscale'])}")
+print(f"fitted in {time.perf_counter() - start:.1f} s; "
+      f"lengthscale {np.asarray(result.shared['kernel_lengthscale'])}")
 
 # %%
 x_test = np.linspace(-0.1, 1.1, 200)[:, None]
 pred = gp.predict_particles(jnp.asarray(x_test), X_train, y_train, result.values())
-metrics = mixture_metrics((f_true(x_test[:, 0]) - ym) / ys, pred["f_mean_draws"], pred["y_var_draws"], y_scale=ys)
+y_test = (f_true(x_test[:, 0]) - ym) / ys
+metrics = diagnostics.mixture_metrics(y_test, pred["f_mean_draws"], pred["y_var_draws"],
+                                      y_scale=ys)
 print({k: round(v, 3) for k, v in metrics.items()})
 
 mean = ym + ys * np.asarray(pred["f_mean"])
@@ -91,7 +96,8 @@ fig, ax = plt.subplots(figsize=(7, 3))
 for m in np.asarray(pred["f_mean_draws"]):
     ax.plot(x_test[:, 0], ym + ys * m, lw=0.7, alpha=0.6)
 ax.plot(x_test[:, 0], mean, "k", label="mixture mean")
-ax.fill_between(x_test[:, 0], mean - 2 * sd, mean + 2 * sd, color="k", alpha=0.15, label="±2 sd")
+ax.fill_between(x_test[:, 0], mean - 2 * sd, mean + 2 * sd, color="k", alpha=0.15,
+                label="±2 sd")
 ax.plot(x[:, 0], y, ".", color="C3", label="data")
 ax.legend(loc="lower left", fontsize=8)
 fig.tight_layout()
@@ -101,9 +107,11 @@ fig.savefig(os.path.join(OUT, "srf_msrfr.png"), dpi=100)
 # ## 3. The particle posterior in ArviZ, and the learned spectral density
 
 # %%
-idata = stein_inference_data(result, gp, X_train, y_train)
+idata = diagnostics.stein_inference_data(result, gp, X_train, y_train)
 print(idata.posterior["feature_frequencies"].dims)
-print("per-particle log marginal likelihood:", idata.sample_stats["log_marginal_likelihood"].values.round(1))
-print({k: round(v, 3) for k, v in stein_diagnostics(idata).items()})
-plot_spectral_density(idata.posterior["feature_frequencies"].values, gp.feature.frequencies,
+log_ml = idata.sample_stats["log_marginal_likelihood"].values
+print("per-particle log marginal likelihood:", log_ml.round(1))
+print({k: round(v, 3) for k, v in diagnostics.stein_diagnostics(idata).items()})
+diagnostics.plot_spectral_density(idata.posterior["feature_frequencies"].values,
+                                  gp.feature.frequencies,
                       os.path.join(OUT, "srf_spectrum.png"))

@@ -33,8 +33,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 # %% tags=["remove-cell"]
-# scaffolding, hidden in the docs: the tests and the docs build run the notebook small (QUICK=1) and
-# collect its figures in NOTEBOOK_OUT
+# scaffolding, hidden in the docs: the tests and the docs build run the notebook small
+# (QUICK=1) and collect its figures in NOTEBOOK_OUT
 QUICK = os.environ.get("QUICK") == "1"
 OUT = os.environ.get("NOTEBOOK_OUT", ".")
 
@@ -54,7 +54,8 @@ Xs = jnp.linspace(-3.5, 3.5, 300)[:, None]
 
 # %%
 def fixed_band_fit(a):
-    gp = psg.SparseGP(TrigonometricFeatures(31, band=a), kernel, Gaussian(noise), q_cov="diag")
+    gp = psg.SparseGP(TrigonometricFeatures(31, band=a), kernel, Gaussian(noise),
+                      q_cov="diag")
     K = psg.Kuf(gp.feature, kernel, X)
     A = K @ K.T / noise
     m = jnp.linalg.solve(jnp.eye(31) + A, K @ y / noise)
@@ -69,11 +70,11 @@ def fixed_band_fit(a):
 # the band: at QUICK size (500 steps) the learnt fit's ELBO is −8 159, against −9 216 with Adam on both.
 
 # %%
-feature = TrigonometricFeatures(31, band=psg.Param(10.0, constraints.positive), estimator="stratified",
-                                num_samples=50)
+feature = TrigonometricFeatures(31, band=psg.Param(10.0, constraints.positive),
+                                estimator="stratified", num_samples=50)
 gp_learnt = psg.SparseGP(feature, kernel, Gaussian(noise), q_cov="diag")
-svi = SVI(gp_learnt.model, gp_learnt.guide, NaturalGradient(gp_learnt, numpyro.optim.Adam(0.01), gamma=0.1),
-          TraceMeanField_ELBO())
+natgrad = NaturalGradient(gp_learnt, numpyro.optim.Adam(0.01), gamma=0.1)
+svi = SVI(gp_learnt.model, gp_learnt.guide, natgrad, TraceMeanField_ELBO())
 result = svi.run(jax.random.PRNGKey(0), 500 if QUICK else 3000, X, y, progress_bar=False)
 print("learnt band a =", float(result.params["feature_band"]))
 
@@ -89,7 +90,8 @@ for a, title in ((3.0, "a = 3: too small"), (60.0, "a = 60: too large for M = 31
     gp, params = fixed_band_fit(a)
     panels.append((title, gp.predict(Xs, params=params), gp.elbo(params, X, y)))
 panels.append((f"a learnt = {float(result.params['feature_band']):.1f}",
-               gp_learnt.predict(Xs, params=result.params), gp_learnt.elbo(result.params, X, y)))
+               gp_learnt.predict(Xs, params=result.params),
+               gp_learnt.elbo(result.params, X, y)))
 
 fig, axes = plt.subplots(2, 2, figsize=(10, 6), sharex=True, sharey=True)
 for ax, (title, pred, elbo) in zip(axes.flat, panels):
@@ -97,10 +99,12 @@ for ax, (title, pred, elbo) in zip(axes.flat, panels):
     ax.plot(Xs[:, 0], m, "C0")
     ax.fill_between(Xs[:, 0], m - 2 * sd, m + 2 * sd, color="C0", alpha=0.25)
     ax.set_title(f"{title} (ELBO {float(elbo):.0f})", fontsize=9)
-    print(f"{title}: ELBO {float(elbo):.1f}, min predictive var {float(pred['f_var'].min()):.2e}")
+    min_var = float(pred["f_var"].min())
+    print(f"{title}: ELBO {float(elbo):.1f}, min predictive var {min_var:.2e}")
 ax = axes[1, 1]
 ax.plot(Xs[:, 0], exact_mean, "C1")
-ax.fill_between(Xs[:, 0], exact_mean - 2 * jnp.sqrt(exact_var), exact_mean + 2 * jnp.sqrt(exact_var),
+exact_sd = jnp.sqrt(exact_var)
+ax.fill_between(Xs[:, 0], exact_mean - 2 * exact_sd, exact_mean + 2 * exact_sd,
                 color="C1", alpha=0.25)
 ax.set_title(f"exact GP (log marginal likelihood {exact_lml:.0f})", fontsize=9)
 for ax in axes.flat:

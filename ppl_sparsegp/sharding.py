@@ -20,12 +20,12 @@ The recipe (one machine, S devices; on CPU ``XLA_FLAGS=--xla_force_host_platform
 before JAX starts)::
 
     from ppl_sparsegp.sharding import data_mesh, shard_data
-    X, y = shard_data(X, y, data_mesh())            # rows split over the mesh's "data" axis
+    X, y = shard_data(X, y, data_mesh())  # rows split over the mesh's "data" axis
     mcmc = MCMC(NUTS(gp.model), num_warmup=500, num_samples=500, jit_model_args=True)
-    mcmc.run(key, X, y)                             # data enter jit as arguments: they stay where they are
+    mcmc.run(key, X, y)  # data enter jit as arguments: they stay where they are
 
     svi_state = svi.init(key, X, y)
-    update = jax.jit(svi.update)                    # not svi.run: it closes over X, y (see below)
+    update = jax.jit(svi.update)  # not svi.run: it closes over X, y (see below)
     for _ in range(steps): svi_state, loss = update(svi_state, X, y)
 
 Several processes (one per host on a cluster; ``python -m inference.launch --processes 2 -- <module>``

@@ -281,6 +281,24 @@ def test_plots_write_pngs(mcmc_fit, tmp_path):
     np.testing.assert_allclose(pred["f_mean"], np.mean(pred["f_mean_draws"], 0), rtol=1e-12)
 
 
+def test_plot_adequacy_draws_the_residual_check(tmp_path):
+    """The residual check's plot: a 640 × 280 PNG of the per-draw shares (not blank); a dict that is not
+    adequacy's result (no per-draw shares) and a tolerance outside (0, 1) are refused, naming the fix."""
+    import matplotlib.image as mpimg
+
+    x = np.linspace(0.0, 1.0, 40)
+    draws = {"f_kernel_lengthscale": np.linspace(0.05, 0.3, 20), "f_kernel_variance": np.ones(20)}
+    check = diagnostics.adequacy(psg.FourierFeatures(-0.2, 1.2, 8), draws, x,
+                                 kernel=psg.Matern32(dist.LogNormal(0.0, 1.0), dist.LogNormal(-1.0, 1.0)))
+    path = diagnostics.plot_adequacy(check, tmp_path / "adequacy.png", tolerance=0.05)
+    img = mpimg.imread(path)
+    assert img.shape[:2] == (280, 640) and img[..., :3].std() > 0.05
+    with pytest.raises(ValueError, match="diagnostics.adequacy"):
+        diagnostics.plot_adequacy({"ok": True, "message": "survives refinement"}, tmp_path / "r.png")
+    with pytest.raises(ValueError, match="tolerance"):
+        diagnostics.plot_adequacy(check, tmp_path / "t.png", tolerance=5.0)
+
+
 # --- the approximation-adequacy check ----------------------------------------------------------------
 def test_adequacy_residual_fraction_against_a_dense_computation_and_its_advice():
     """r_s = 1 − tr(K_fu K_uu⁻¹ K_uf)/tr(K_ff) per draw, for inducing points (a SparseGP) and VFF in a

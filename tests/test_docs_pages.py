@@ -13,6 +13,10 @@ The rule for a page's code fences (stated again in ``docs/architecture.md``'s te
   for code (``test_fence_languages``), so a block cannot drop out of this test by a typo such as
   ```` ```py ````.
 
+A figure a page shows from ``/_generated/<page>/<file>.png`` is written by the page's own code into its
+working directory: the docs build runs the same script there (``docs/_ext/pagefigures.py``), so the
+fast suite checks that the page writes every figure it shows.
+
 The pages run with ``QUICK=1`` (the notebooks' flag: a page whose example is long reads it to shrink its
 data, steps and draws), ``JAX_PLATFORMS=cpu``, this checkout first on ``PYTHONPATH`` and a temporary
 directory as the working directory (files a page writes land there). A failure names the page, the
@@ -36,6 +40,8 @@ NO_RUN = {"bash", "text"}
 DIRECTIVE = re.compile(r"^\{(?!code-cell\})[\w-]+\}")
 TIMEOUT = 300  # seconds a page may take
 RUNNER = Path(__file__).with_name("page_runner.py")
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import pagefigures  # noqa: E402 -- the docs build's figure jobs (docs/_ext, on the path above)
 
 
 def blocks(text):
@@ -150,11 +156,32 @@ def page_results(request, tmp_path_factory):
         path = cwd / f"page_{page.stem}.py"
         path.write_text(script(page)[0])
         entries.append((page, path, cwd))
-    return _run_pages(entries, folder)
+    return _run_pages(entries, folder), {page: cwd for page, _, cwd in entries}
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
 def test_page_runs(page, page_results):
-    ok, error = page_results[page]
+    """The page's code runs, and writes every figure the page shows from ``/_generated/``."""
+    results, cwds = page_results
+    ok, error = results[page]
     where = _where(error, f"page_{page.stem}.py", script(page)[1])
     assert ok, f"{page.relative_to(ROOT)} fails{where}:\n" + error[-4000:]
+    job = page.relative_to(ROOT / "docs").with_suffix("").as_posix()
+    missing = [f for j, f in pagefigures.shown(page.read_text()) if j == job and not (cwds[page] / f).is_file()]
+    assert not missing, f"{page.relative_to(ROOT)} shows {missing} but its code does not write them"
+
+
+def test_generated_figures_have_a_job_and_a_fallback():
+    """Every figure a page shows from ``/_generated/`` is made by a job of the docs build and has a
+    committed fallback (``docs/_figures``, what ``make docs-fast`` shows); every job's figure is shown; the
+    build runs a page with the same script as this test."""
+    pages = [*PAGES, ROOT / "docs" / "examples" / "index.md"]
+    shown = {fig for p in pages for fig in pagefigures.shown(p.read_text())}
+    made = {(job, f) for job, (_, files) in pagefigures.JOBS.items() for f in files}
+    assert shown == made, f"shown but made by no job: {shown - made}; made but not shown: {made - shown}"
+    no_fallback = [f"{job}/{f}" for job, f in made if not (pagefigures.FALLBACKS / job / f).is_file()]
+    assert not no_fallback, f"no committed fallback in docs/_figures for {no_fallback}: make docs-figures"
+    for job in pagefigures.JOBS:
+        if job != "pines":
+            assert pagefigures.page_script((ROOT / "docs" / f"{job}.md").read_text()) == script(
+                ROOT / "docs" / f"{job}.md")[0]

@@ -5,19 +5,23 @@ sample site and returns the latent function at X, the way ``numpyro.contrib.hsgp
 
     def model(X, y=None):
         ell = numpyro.sample("ell", dist.Gamma(2.0, 2.0))
-        f = spectral_gp("f", FourierFeatures(a=-1, b=2, num_frequencies=30), Matern32(lengthscale=ell), X)
+        feature = FourierFeatures(a=-1, b=2, num_frequencies=30)
+        f = spectral_gp("f", feature, Matern32(lengthscale=ell), X)
         numpyro.sample("y", dist.Poisson(jnp.exp(f)), obs=y)
 
 For SVI on such a model, :func:`inducing_guide` is the matching q over the same site, to be placed in
 the user's guide (the SVGP of [2] on the user's own model)::
 
-    auto = AutoNormal(handlers.block(model, hide=["f_v"]))   # an autoguide for the user's other sites
+    # an autoguide for the user's other sites
+    auto = AutoNormal(handlers.block(model, hide=["f_v"]))
 
     def guide(X, y=None):
         auto(X, y)
-        inducing_guide("f", feature, Matern32())      # q(v) = N(m, LLᵀ), params f_v_loc, f_v_scale_tril
+        # q(v) = N(m, LLᵀ), params f_v_loc, f_v_scale_tril
+        inducing_guide("f", feature, Matern32())
 
-    svi = SVI(model, guide, numpyro.optim.Adam(0.005), TraceMeanField_ELBO())  # analytic KL for f_v
+    # TraceMeanField_ELBO: the analytic KL for f_v
+    svi = SVI(model, guide, numpyro.optim.Adam(0.005), TraceMeanField_ELBO())
 
 Whitened, the guide's kernel only gives Kuu's structure (any concrete kernel of the family will do).
 Tested on a heteroscedastic two-GP model against NUTS (``tests/test_primitives.py``): with 20 000 steps

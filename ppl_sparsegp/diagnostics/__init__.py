@@ -34,7 +34,7 @@ main mode, found from dispersed starts (the refinement check is local: a minor m
 :func:`predict` and :func:`predictive_metrics` from an InferenceData, the metrics :func:`rmse`,
 :func:`nlpd`, :func:`mixture_nlpd`, :func:`mixture_metrics`, :func:`categorical_nlpd`, the Stein particle
 results (:func:`stein_inference_data`, :func:`stein_diagnostics`) and the plots :func:`plot_trace`,
-:func:`plot_fit_1d`, :func:`plot_spectral_density` complete the module.
+:func:`plot_fit_1d`, :func:`plot_spectral_density`, :func:`plot_adequacy` complete the module.
 
 References:
     1. Hensman, Matthews, Filippone, Ghahramani (2015), MCMC for variationally sparse Gaussian processes.
@@ -49,7 +49,7 @@ from .inference_data import MAX_POINTWISE, SVI_GROUP, from_mcmc, from_samples, f
 from .metrics import categorical_nlpd, mixture_metrics, mixture_nlpd, nlpd, rmse
 from .modes import mode_check
 from .particles import stein_diagnostics, stein_inference_data
-from .plots import plot_fit_1d, plot_spectral_density, plot_trace
+from .plots import plot_adequacy, plot_fit_1d, plot_spectral_density, plot_trace
 from .prediction import fitted_params, posterior_samples, predict, predictive_metrics, svi_params  # noqa: F401  (re-exported)
 from .refinement import refinement_check
 from .summaries import load, save, summary
@@ -58,4 +58,4 @@ __all__ = ["from_samples", "from_mcmc", "from_svi", "summary", "save", "load", "
            "svi_params", "predict", "predictive_metrics", "plot_trace", "plot_fit_1d",
            "adequacy", "add_adequacy", "refinement_check", "mode_check", "rmse", "nlpd",
            "mixture_nlpd", "mixture_metrics", "categorical_nlpd",
-           "stein_inference_data", "stein_diagnostics", "plot_spectral_density"]
+           "stein_inference_data", "stein_diagnostics", "plot_spectral_density", "plot_adequacy"]

@@ -1,15 +1,20 @@
-"""Plots written to PNG files: trace plots, a 1-D fit with its band, learned spectral densities."""
+"""Plots written to PNG files: trace plots, a 1-D fit with its band, learned spectral densities, the
+residual check's per-draw shares."""
 from __future__ import annotations
 
 import os
 import warnings
+from typing import Annotated, Any
 
 import jax
 import numpy as np
 
+from ..validation import InstanceOf, Path, Tolerance, validated
 from ._arviz import az
 
-__all__ = ["plot_trace", "plot_fit_1d", "plot_spectral_density"]
+__all__ = ["plot_trace", "plot_fit_1d", "plot_spectral_density", "plot_adequacy"]
+
+_CHECK = InstanceOf(dict, what="the dict that diagnostics.adequacy(...) returned")
 
 
 def plot_trace(idata, var_names, path) -> str:
@@ -103,4 +108,45 @@ def plot_spectral_density(frequencies, prior, path=None, *, max_dims: int = 4, r
         return fig
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
+
+
+@validated
+def plot_adequacy(check: Annotated[Any, _CHECK], path: Path, *, tolerance: Tolerance = 0.05) -> str:
+    """The residual check of :func:`~ppl_sparsegp.diagnostics.adequacy` drawn: a histogram of the share of
+    the prior variance at the data that the features miss, one value per posterior draw, with the median
+    (what the check judges), the 95% quantile and the tolerance, written to the PNG ``path``.
+
+    The share of draw s is :math:`r_s = \\sum_n (k_{nn} - [Q_{ff}]_{nn}) / \\sum_n k_{nn}` (see
+    :func:`~ppl_sparsegp.diagnostics.adequacy`); the check passes when the median is at most ``tolerance``.
+
+    :param check: the dict :func:`~ppl_sparsegp.diagnostics.adequacy` returned (its ``residual_fraction``
+        (draws,), ``median``, ``q95`` and ``ok``).
+    :param path: the PNG file to write.
+    :param tolerance: the tolerance the check was run with (``adequacy``'s default 0.05), drawn as a line.
+    :returns: the path.
+    :raises ValueError: ``check`` lacks ``residual_fraction`` (not a result of ``adequacy``).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if "residual_fraction" not in check:
+        raise ValueError("plot_adequacy: check has no 'residual_fraction': pass the dict that "
+                         "diagnostics.adequacy(...) returned (refinement_check's result has no per-draw shares)")
+    r = 100 * np.ravel(np.asarray(check["residual_fraction"], dtype=float))
+    fig = Figure(figsize=(6.4, 2.8))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    hi = max(float(r.max()), 100 * tolerance) * 1.1
+    ax.hist(r, bins=np.linspace(0.0, hi, 30), color="C0", alpha=0.7, label=f"{r.size} posterior draws")
+    ax.axvline(100 * float(check["median"]), color="C0", lw=2, label="median (judged)")
+    ax.axvline(100 * float(check["q95"]), color="C0", lw=1, ls="--", label="95% quantile")
+    ax.axvline(100 * tolerance, color="C3", lw=2, ls=":", label=f"tolerance {100 * tolerance:g}%")
+    ax.set_xlabel("prior variance at the data the features miss (%)")
+    ax.set_ylabel("draws")
+    ax.set_title("residual check: " + ("passes" if check.get("ok") else "fails"), fontsize="medium")
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    path = os.fspath(path)
+    fig.savefig(path, dpi=100)
     return path

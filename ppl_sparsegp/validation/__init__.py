@@ -5,7 +5,8 @@ metadata, and :func:`validated` checks every argument given against them before 
 
     @validated
     def choose_features(model, *args, refine: Annotated[int, NonNegativeInt()] = 2,
-                        quantile: Annotated[float, Real(0, 0.5, low_open=True, high_open=True)] = 0.05, ...):
+                        quantile: Annotated[float, Real(0, 0.5, low_open=True,
+                                                         high_open=True)] = 0.05, ...):
 
 The vocabulary (each a :class:`Check`): :class:`Integer` (:func:`PositiveInt`, :func:`NonNegativeInt`),
 :class:`Real` (an interval with open or closed ends, finite; :func:`Probability`), :class:`OneOf` (one of a
