@@ -253,7 +253,7 @@ def test_fit_svi_in_blocks_is_adam_on_the_loss():
     np.testing.assert_allclose(ours.losses, losses, rtol=1e-12)
     np.testing.assert_allclose([ours.params["m"], ours.params["s"]], [x[0], math.exp(x[1])], rtol=1e-12)
     assert ours.losses.shape == (7,) and seconds > 0
-    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="block_size must be None or a positive integer, got 0"):
         fit_svi(model, y, num_steps=7, rng_key=jax.random.PRNGKey(1), guide=_no_guide, block_size=0)
 
 
