@@ -9,8 +9,7 @@ import argparse
 import math
 from pathlib import Path
 
-__all__ = ["count", "non_negative_int", "positive_number", "open_unit", "step_size", "port", "out_folder",
-           "existing_file", "existing_folder"]
+__all__ = ["count", "non_negative_int", "positive_number", "open_unit", "step_size", "port", "out_folder"]
 
 
 def _parsed(text, kind, convert, ok):
@@ -61,18 +60,3 @@ def out_folder(text: str) -> Path:
                                          "created if missing)")
     return path
 
-
-def existing_file(text: str) -> Path:
-    """A file that exists (a data file to read)."""
-    path = Path(text)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an existing file")
-    return path
-
-
-def existing_folder(text: str) -> Path:
-    """A folder that exists (a data directory)."""
-    path = Path(text)
-    if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an existing folder")
-    return path
