@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from inference.cli import OneLineParser, count, port, positive_number, with_suggestion
+
 FORCE_DEVICES = "--xla_force_host_platform_device_count"
 
 
@@ -42,20 +44,20 @@ class UserError(Exception):
     """A wrong command line: one line on stderr, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     def error(self, message):
-        raise UserError(message)
+        raise UserError(with_suggestion(self, message))
 
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m inference.launch", description=__doc__.strip().splitlines()[0],
                 usage="python -m inference.launch --processes N [options] -- <module or script.py> [args ...]")
-    p.add_argument("--processes", type=int, required=True, help="number of processes N (≥ 1)")
-    p.add_argument("--devices-per-process", type=int, default=None,
+    p.add_argument("--processes", type=count, required=True, help="number of processes N (≥ 1)")
+    p.add_argument("--devices-per-process", type=count, default=None,
                    help="CPU: forced host devices per process (sets XLA_FLAGS " + FORCE_DEVICES + ")")
-    p.add_argument("--port", type=int, default=None, help="coordinator port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--port", type=port, default=None, help="coordinator port on 127.0.0.1 (default: a free one)")
     p.add_argument("--pin", action="store_true", help="pin process i to the i-th core this launcher may use")
-    p.add_argument("--timeout", type=float, default=None, help="stop every process after this many seconds")
+    p.add_argument("--timeout", type=positive_number, default=None, help="stop every process after this many seconds")
     return p
 
 

@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+from inference.cli import OneLineParser, count, non_negative_int, open_unit, out_folder, positive_number, step_size
 from ppl_sparsegp.engines import NonFiniteLossError, SVIDivergenceError, fit_nuts, fit_svi
 
 METHODS = ("svi", "nuts", "stein", "map")
@@ -55,7 +56,7 @@ SETTINGS = ("num_steps", "lr", "warmup", "samples", "chains", "target_accept", "
 
 
 def _parser(model_name=None, model_module=None):
-    p = argparse.ArgumentParser(prog="python -m inference",
+    p = OneLineParser(prog="python -m inference",
                                 description="Fit the models of models/ with SVI, NUTS or SteinVI.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the available models")
@@ -64,26 +65,26 @@ def _parser(model_name=None, model_module=None):
     f.add_argument("model", help="model name (see `python -m inference list`)")
     f.add_argument("--method", choices=METHODS, default=None,
                    help="inference method (default: the model's first method)")
-    f.add_argument("--num-steps", type=int, help="SVI/Stein optimisation steps (map: the most L-BFGS iterations)")
-    f.add_argument("--lr", type=float, help="Adam learning rate (SVI/Stein)")
+    f.add_argument("--num-steps", type=count, help="SVI/Stein optimisation steps (map: the most L-BFGS iterations)")
+    f.add_argument("--lr", type=positive_number, help="Adam learning rate (SVI/Stein)")
     f.add_argument("--optimizer", choices=("natgrad", "adam"), default="natgrad",
                    help="SVI: natural-gradient steps for q(u) alternating with Adam on the rest (default; "
                         "models without a full, diagonal or equal-block q(u) fall back to Adam), or Adam on all")
-    f.add_argument("--gamma", type=float, default=None,
+    f.add_argument("--gamma", type=step_size, default=None,
                    help="SVI natural-gradient step size, taken as given (default: 1 for a Gaussian likelihood "
                         "on the full batch, else a ramp from 1e-4 to 0.1 over 5 steps, both halved in a step "
                         "until its loss does not rise); refused with --optimizer adam or a q without a "
                         "natural-gradient step")
-    f.add_argument("--warmup", type=int, help="NUTS warm-up iterations per chain")
-    f.add_argument("--samples", type=int,
+    f.add_argument("--warmup", type=non_negative_int, help="NUTS warm-up iterations per chain")
+    f.add_argument("--samples", type=count,
                    help="NUTS draws per chain, or SVI/Stein draws from the fitted posterior")
-    f.add_argument("--chains", type=int, help="NUTS chains (parallel when devices allow)")
-    f.add_argument("--target-accept", dest="target_accept", type=float, help="NUTS target acceptance")
-    f.add_argument("--max-tree-depth", dest="max_tree_depth", type=int, help="NUTS maximum tree depth")
+    f.add_argument("--chains", type=count, help="NUTS chains (parallel when devices allow)")
+    f.add_argument("--target-accept", dest="target_accept", type=open_unit, help="NUTS target acceptance")
+    f.add_argument("--max-tree-depth", dest="max_tree_depth", type=count, help="NUTS maximum tree depth")
     f.add_argument("--dense-mass", dest="dense_mass", action=argparse.BooleanOptionalAction, default=None,
                    help="NUTS: adapt a dense (or, with --no-dense-mass, diagonal) mass matrix")
     f.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    f.add_argument("--out", type=Path, default=None, help="output folder (default runs/<model>-<method>/)")
+    f.add_argument("--out", type=out_folder, default=None, help="output folder (default runs/<model>-<method>/)")
     f.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     f.add_argument("--refine", action="store_true",
                    help="after a NUTS fit, also run the refinement check (the model with every feature refined: "
@@ -404,7 +405,7 @@ def fit(spec, args):
 # what a user's input can cause (flags, data files, model settings the library refuses): one line on
 # stderr and exit status 2, as argparse does for bad flags; any other exception is a bug and keeps its
 # traceback
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError,
                NonFiniteLossError, SVIDivergenceError)
 
 

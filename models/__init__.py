@@ -11,6 +11,7 @@ Imports run one way: ``inference → models → ppl_sparsegp``.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
@@ -68,5 +69,7 @@ def get(name: str):
     """The model module called ``name``; a clear error listing the known ones otherwise."""
     models = available()
     if name not in models:
-        raise ValueError(f"unknown model {name!r}; available models: {', '.join(sorted(models))}")
+        close = difflib.get_close_matches(name, models, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown model {name!r}; {hint}available models: {', '.join(sorted(models))}")
     return models[name]

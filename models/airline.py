@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +48,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
+from models._arguments import count, non_negative_int
 from ppl_sparsegp import (
     Additive,
     ChordalMatern,
@@ -133,9 +135,11 @@ def read_csv(path, target: str, covariates):
         raise ValueError("--covariates must name at least one column")
     with open(path) as fh:
         header = [h.strip().strip('"') for h in fh.readline().strip().split(",")]
-    missing = [c for c in [target] + covariates if c not in header]
+    if target not in header:
+        raise ValueError(f"--target {target!r} is not a column of {path} (its columns: {', '.join(header)})")
+    missing = [c for c in covariates if c not in header]
     if missing:
-        raise ValueError(f"columns {missing} are not in {path} (its columns: {', '.join(header)})")
+        raise ValueError(f"--covariates: columns {missing} are not in {path} (its columns: {', '.join(header)})")
     try:
         import pandas as pd
     except ImportError:
@@ -362,21 +366,21 @@ def add_arguments(parser):
     parser.add_argument("--target", default=AIRLINE_TARGET, help=f"target column (default {AIRLINE_TARGET})")
     parser.add_argument("--covariates", default=",".join(AIRLINE_COVARIATES),
                         help="comma-separated covariate columns (default: the 8 of the VFF paper)")
-    parser.add_argument("--synthetic", type=int, default=None, metavar="N",
+    parser.add_argument("--synthetic", type=count, default=None, metavar="N",
                         help=f"N synthetic rows with 8 covariates (default {DEFAULT_SYNTHETIC} without --csv)")
-    parser.add_argument("--num-frequencies", type=int, default=NUM_FREQUENCIES,
+    parser.add_argument("--num-frequencies", type=count, default=NUM_FREQUENCIES,
                         help=f"frequencies per input including 0 (default {NUM_FREQUENCIES}: 59 features)")
     parser.add_argument("--stats-method", choices=("nufft", "dense"), default=_default_method(),
                         help="sufficient statistics by NUFFT (default) or dense products")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the 2/3 : 1/3 split")
-    parser.add_argument("--diagnostic-rows", type=int, default=2000,
+    parser.add_argument("--split-seed", type=non_negative_int, default=0, help="seed of the 2/3 : 1/3 split")
+    parser.add_argument("--diagnostic-rows", type=count, default=2000,
                         help="training rows kept in the InferenceData (the fit uses all)")
     parser.add_argument("--features", choices=("vff", "spherical"), default="vff",
                         help="additive VFF (default) or spherical harmonic features (fit_spherical)")
-    parser.add_argument("--max-degree", type=int, default=MAX_DEGREE,
+    parser.add_argument("--max-degree", type=count, default=MAX_DEGREE,
                         help=f"spherical features: the highest degree (default {MAX_DEGREE}: 210 features for 8 "
                              "covariates)")
-    parser.add_argument("--subsample", type=int, default=SUBSAMPLE,
+    parser.add_argument("--subsample", type=count, default=SUBSAMPLE,
                         help=f"spherical features: rows of the MAP fit that fixes the input map (default {SUBSAMPLE})")
 
 
@@ -390,6 +394,8 @@ def build(args) -> ModelSpec:
     target = getattr(args, "target", AIRLINE_TARGET)
     extra = {}
     if csv is not None:
+        if not Path(csv).is_file():
+            raise FileNotFoundError(f"--csv {csv}: No such file or directory")
         covariates = [c.strip() for c in getattr(args, "covariates", ",".join(AIRLINE_COVARIATES)).split(",")
                       if c.strip()]
         X, y = read_csv(csv, target, covariates)

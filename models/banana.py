@@ -12,6 +12,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
+from models._arguments import count
 from ppl_sparsegp import Matern32, Product, SparseGP
 from ppl_sparsegp.approximations.variational import two_kronecker_covariance
 from ppl_sparsegp.datasets import load_banana
@@ -27,7 +28,7 @@ Q_COV = {"full": "full", "diag": "diag", "two-kron": two_kronecker_covariance}
 
 
 def add_arguments(parser):
-    parser.add_argument("--num-frequencies", type=int, default=NUM_FREQUENCIES,
+    parser.add_argument("--num-frequencies", type=count, default=NUM_FREQUENCIES,
                         help="VFF frequencies per dimension (default %(default)s)")
     parser.add_argument("--q-cov", choices=sorted(Q_COV), default="two-kron",
                         help="q(u) covariance (default %(default)s)")

@@ -31,6 +31,7 @@ import numpy as np
 from numpyro.distributions import constraints
 
 from models import ModelSpec
+from models._arguments import count, non_negative_int
 from ppl_sparsegp import InducingPoints, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.diagnostics import categorical_nlpd
@@ -46,12 +47,13 @@ NUM_CLASSES = 10
 
 def add_arguments(parser):
     parser.add_argument("--features", choices=("flip", "neg", "inducing"), default="flip")
-    parser.add_argument("--num-inducing", "-m", type=int, default=16,
+    parser.add_argument("--num-inducing", "-m", type=count, default=16,
                         help="m: inducing images per sub-kernel (flip/neg) or in total (inducing)")
     parser.add_argument("--likelihood", choices=("softmax", "robustmax"), default="softmax")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--num-train", type=int, default=1200)
-    parser.add_argument("--data-seed", type=int, default=0, help="seed of the flips, the split and k-means")
+    parser.add_argument("--batch-size", type=count, default=256)
+    parser.add_argument("--num-train", type=count, default=1200)
+    parser.add_argument("--data-seed", type=non_negative_int, default=0,
+                        help="seed of the flips, the split and k-means")
 
 
 def load(num_train: int = 1200, seed: int = 0):

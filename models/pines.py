@@ -23,6 +23,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
+from models._arguments import count, open_unit, positive_number
 from ppl_sparsegp import Matern32, Product, SparseGP
 from ppl_sparsegp.datasets import load_pines
 from ppl_sparsegp.features import FourierFeatures, KroneckerFeatures
@@ -48,13 +49,13 @@ INIT = {"kernel_0_variance": 1.0, "kernel_0_lengthscale": 0.1, "kernel_1_lengths
 
 
 def add_arguments(parser):
-    parser.add_argument("--num-frequencies", type=int, default=None,
+    parser.add_argument("--num-frequencies", type=count, default=None,
                         help="VFF frequencies per dimension (2M-1 features each; default: the box rule's)")
-    parser.add_argument("--ell-min", type=float, default=ELL_MIN,
+    parser.add_argument("--ell-min", type=positive_number, default=ELL_MIN,
                         help="smallest lengthscale of interest for the box rule (default %(default)s)")
-    parser.add_argument("--tolerance", type=float, default=TOLERANCE,
+    parser.add_argument("--tolerance", type=open_unit, default=TOLERANCE,
                         help="prior variance left unresolved at --ell-min (default %(default)s)")
-    parser.add_argument("--grid", type=int, default=GRID, help="cells per side (default %(default)s)")
+    parser.add_argument("--grid", type=count, default=GRID, help="cells per side (default %(default)s)")
     parser.add_argument("--drop-duplicate", action="store_true",
                         help="drop the repeated first row of pines.csv (126 distinct trees)")
     parser.add_argument("--centred", action="store_true", help="sample u instead of the whitened v")

@@ -22,6 +22,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
+from models._arguments import count
 from ppl_sparsegp import CollapsedGP, InducingPoints, Matern52, SparseGP, diagnostics
 from ppl_sparsegp.datasets import load_solar
 from ppl_sparsegp.features import FourierFeatures
@@ -35,7 +36,7 @@ VAR_NAMES = ["kernel_variance", "kernel_lengthscale", "likelihood_variance"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--num-inducing", type=int, default=50,
+    parser.add_argument("--num-inducing", type=count, default=50,
                         help="number of inducing features M (default 50)")
     parser.add_argument("--features", choices=["inducing", "fourier"], default="inducing",
                         help="inducing points evenly spaced on [0, 1] (default), or variational Fourier "

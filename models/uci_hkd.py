@@ -42,6 +42,7 @@ import numpy as np
 from numpyro.distributions import constraints
 
 from models import ModelSpec
+from models._arguments import count, non_negative_int
 from ppl_sparsegp import InducingPoints, Matern32, Param, SparseGP
 from ppl_sparsegp.approximations.variational import block_diagonal_covariance
 from ppl_sparsegp.datasets import load_uci, standardise
@@ -59,16 +60,17 @@ DATASETS = ("kin8nm", "power-plant", "protein-tertiary-structure", "concrete", "
 
 def add_arguments(parser):
     parser.add_argument("--dataset", choices=DATASETS, default="kin8nm")
-    parser.add_argument("--split", type=int, default=0, help="index k of index_train_<k>.txt")
+    parser.add_argument("--split", type=non_negative_int, default=0, help="index k of index_train_<k>.txt")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="folder holding uci/ (default: $PPL_SPARSEGP_DATA or ../shared/data)")
     parser.add_argument("--features", choices=("harmonic", "inducing"), default="harmonic")
-    parser.add_argument("--num-inducing", "-m", type=int, default=32,
+    parser.add_argument("--num-inducing", "-m", type=count, default=32,
                         help="m: inducing inputs per sub-kernel (harmonic) or in total (inducing)")
-    parser.add_argument("--ways", type=int, default=3, help="J: negations along J principal axes (2^J × m)")
+    parser.add_argument("--ways", type=non_negative_int, default=3,
+                        help="J: negations along J principal axes (2^J × m)")
     parser.add_argument("--shared-z", action="store_true", help="one set of inducing inputs for all sub-kernels")
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--init-seed", type=int, default=0, help="seed of the k-means initialisation")
+    parser.add_argument("--batch-size", type=count, default=256)
+    parser.add_argument("--init-seed", type=non_negative_int, default=0, help="seed of the k-means initialisation")
 
 
 def load(dataset: str, split: int = 0, data_dir=None):
@@ -116,6 +118,9 @@ def make_gp(X, *, features: str = "harmonic", num_inducing: int = 32, ways: int 
 
 
 def build(args) -> ModelSpec:
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise NotADirectoryError(f"--data-dir {args.data_dir} is not an existing folder (give the folder holding "
+                                 "uci/, or leave it unset for $PPL_SPARSEGP_DATA or ../shared/data)")
     X, y, X_test, y_test_raw, scaler = load(args.dataset, args.split, args.data_dir)
     gp = make_gp(X, features=args.features, num_inducing=args.num_inducing, ways=args.ways,
                  shared_z=args.shared_z, seed=args.init_seed)

@@ -29,6 +29,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from models import ModelSpec
+from models._arguments import non_negative_int
 from ppl_sparsegp import Param, SquaredExponential, datasets
 from ppl_sparsegp.approximations.spectrum import SparseSpectrumGP
 from ppl_sparsegp.diagnostics import mixture_metrics, plot_spectral_density, stein_diagnostics, stein_inference_data
@@ -120,7 +121,7 @@ def msrfr_settings(name: str, num_steps: int = NUM_STEPS) -> dict:
 def add_arguments(parser):
     parser.add_argument("--dataset", default="concrete", choices=sorted(DATASETS),
                         help="which SRF data set (default concrete)")
-    parser.add_argument("--split", type=int, default=0, help="seed of the random train/test split")
+    parser.add_argument("--split", type=non_negative_int, default=0, help="seed of the random train/test split")
 
 
 def run_stein(spec: ModelSpec, args, rng_key):

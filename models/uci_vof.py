@@ -33,6 +33,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from models import ModelSpec
+from models._arguments import count, non_negative_int
 from ppl_sparsegp import Additive, InducingPoints, Matern32, Matern52, Param, SparseGP, SquaredExponential
 from ppl_sparsegp.datasets import standardise
 from ppl_sparsegp.diagnostics import nlpd, rmse
@@ -58,21 +59,21 @@ def default_data_dir() -> Path:
 
 def add_arguments(parser):
     parser.add_argument("--dataset", choices=DATASETS, default="yacht")
-    parser.add_argument("--split", type=int, default=0, help="index k of index_train_<k>.txt")
+    parser.add_argument("--split", type=non_negative_int, default=0, help="index k of index_train_<k>.txt")
     parser.add_argument("--data-dir", type=Path, default=None, help="folder holding uci/ (default: "
                         "$PPL_SPARSEGP_DATA or ../shared/data)")
     parser.add_argument("--features", choices=("hermite", "trig", "inducing"), default="hermite")
-    parser.add_argument("--num-features", type=int, default=None,
+    parser.add_argument("--num-features", type=count, default=None,
                         help="M per input for VOF (default 15), total M for inducing points (default 100)")
     parser.add_argument("--q-cov", choices=("full", "diag"), default="full")
     parser.add_argument("--base-kernel", choices=sorted(_BASE_KERNELS), default="se",
                         help="per-input kernel for trig features (Hermite needs SE)")
     parser.add_argument("--estimator", choices=ESTIMATORS, default="exact", help="Kuf for trig features")
-    parser.add_argument("--num-samples", type=int, default=50, help="T of the MC estimators")
+    parser.add_argument("--num-samples", type=count, default=50, help="T of the MC estimators")
     parser.add_argument("--ip-kernel", choices=("ard", "additive"), default="ard")
-    parser.add_argument("--batch-size", type=int, default=None, help="minibatch size (default: full batch "
+    parser.add_argument("--batch-size", type=count, default=None, help="minibatch size (default: full batch "
                         "up to 2000 points, else 1000)")
-    parser.add_argument("--ip-seed", type=int, default=0, help="seed of the inducing-point initialisation")
+    parser.add_argument("--ip-seed", type=non_negative_int, default=0, help="seed of the inducing-point initialisation")
 
 
 def load_split(dataset: str, split: int, data_dir=None):

@@ -17,10 +17,14 @@ References:
 """
 from __future__ import annotations
 
+import argparse
+import math
+
 import numpy as np
 from numpyro.distributions import constraints
 
 from models import ModelSpec
+from models._arguments import count, non_negative_int, positive_number
 from ppl_sparsegp import Matern52, Param, SparseGP
 from ppl_sparsegp.features.trigonometric import ESTIMATORS, TrigonometricFeatures
 from ppl_sparsegp.likelihoods import Gaussian
@@ -33,19 +37,19 @@ LENGTHSCALE, VARIANCE, NOISE_SD = 0.2, 1.0, 0.03
 
 
 def add_arguments(parser):
-    parser.add_argument("--n", type=int, default=80, help="number of training points (default 80)")
-    parser.add_argument("--num-features", type=int, default=None,
+    parser.add_argument("--n", type=count, default=80, help="number of training points (default 80)")
+    parser.add_argument("--num-features", type=count, default=None,
                         help="M (default: M and the band by TrigonometricFeatures.from_data; the paper's figure: 31)")
-    parser.add_argument("--band", default=None,
+    parser.add_argument("--band", type=band, default=None,
                         help="band a: a number (fixed) or 'learn' (a Param initialised at --band-init); default "
                              "'learn' with --num-features, else the rule's band")
-    parser.add_argument("--band-init", type=float, default=10.0, help="initial band when learnt")
+    parser.add_argument("--band-init", type=positive_number, default=10.0, help="initial band when learnt")
     parser.add_argument("--estimator", choices=ESTIMATORS, default="stratified",
                         help="Kuf in the SVI objective: quadrature or a Monte Carlo estimator")
-    parser.add_argument("--num-samples", type=int, default=50, help="T, grid size of each MC set")
+    parser.add_argument("--num-samples", type=count, default=50, help="T, grid size of each MC set")
     parser.add_argument("--basis", choices=("fourier", "dirichlet"), default="fourier")
     parser.add_argument("--q-cov", choices=("diag", "full"), default="diag")
-    parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument("--data-seed", type=non_negative_int, default=0, help="seed of the synthetic data")
 
 
 def simulate(n=80, seed=0):
@@ -65,6 +69,19 @@ def exact_posterior(X, y, X_new):
     mean = Ks @ np.linalg.solve(C, y)
     var = VARIANCE - np.sum(Ks * np.linalg.solve(C, Ks.T).T, axis=1)
     return mean, var
+
+
+def band(text: str):
+    """``--band``: ``'learn'`` or a positive number (the band a of the trigonometric features)."""
+    if text == "learn":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be 'learn' or a finite number > 0, got {text!r}")
+    return value
 
 
 def _band(args):

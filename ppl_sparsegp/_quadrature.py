@@ -1,9 +1,10 @@
 r"""The library's one Gauss–Hermite rule: Gaussian expectations :math:`\mathbb E_{\mathcal N(f\mid m, v)}[g(f)]`
 elementwise, and their logs computed in log space.
 
-The likelihoods (:mod:`ppl_sparsegp.likelihoods`, which re-exports :func:`gauss_hermite` and
-:func:`log_gauss_hermite` as their public home) use it wherever a variational expectation or a predictive
-density has no closed form.
+The likelihoods (:mod:`ppl_sparsegp.likelihoods`) use it wherever a variational expectation or a predictive
+density has no closed form. It is internal (issue 50's curated surface): the likelihoods' methods are the
+public way to it, and its callers pass values already judged (and usually traced), so it declares nothing;
+``ppl_sparsegp.likelihoods`` imports it but no longer lists it in ``__all__``.
 """
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,27 @@ import numpy as np
 from jax import lax
 
 from .optim import NaturalGradient
+from .parameters import as_rng_key
+from .validation import (
+    AnyOf,
+    Count,
+    Flag,
+    InstanceOf,
+    Integer,
+    IsCallable,
+    MaybeCount,
+    OneOf,
+    OrNone,
+    Positive,
+    Real,
+    RngKey,
+    validated,
+)
+
+#: what fit_svi and fit_nuts run: a model function or an approximation (its .model and .guide)
+_MODEL = AnyOf(IsCallable(), InstanceOf("ppl_sparsegp.approximations.base.GPModel",
+                                        what="an approximation (e.g. a SparseGP)"))
+_KWARGS = OrNone(InstanceOf(dict, what="a dict of the model's keyword arguments"))
 
 __all__ = ["NonFiniteLossError", "SVIDivergenceError", "fit_svi", "fit_nuts", "EXTRA_FIELDS"]
 
@@ -147,9 +169,16 @@ def _cause_and_fix(optim, lr):
             f"or the optimiser's step size; the runner's --lr)")
 
 
-def fit_svi(model_or_gp, *args, num_steps: int, rng_key, lr: float = 0.01, optim=None, elbo=None, guide=None,
-            progress: bool = False, model_kwargs=None, block_size: int | None = None,
-            divergence_factor: float | None = 1e3):
+@validated
+def fit_svi(model_or_gp: Annotated[Any, _MODEL], *args, num_steps: Count, rng_key: RngKey, lr: Positive = 0.01,
+            optim: Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.numpyro_internals.NumPyroOptim", tuple,
+                                                    what="a NumPyro optimiser (e.g. numpyro.optim.Adam(0.01) or "
+                                                         "NaturalGradient(gp)) or an optax one"))] = None,
+            elbo: Annotated[Any, OrNone(InstanceOf("numpyro.infer.elbo.ELBO",
+                                                   what="a NumPyro ELBO (e.g. TraceMeanField_ELBO())"))] = None,
+            guide=None, progress: Flag = False, model_kwargs: Annotated[Any, _KWARGS] = None,
+            block_size: MaybeCount = None,
+            divergence_factor: Annotated[Any, OrNone(Real(1.0, None, low_open=True))] = 1e3):
     """SVI of ``gp.model`` / ``gp.guide`` (or of the model function ``model_or_gp`` with ``guide``) on
     ``*args``: ``num_steps`` steps of ``optim`` (default ``Adam(lr)``) on ``elbo`` (default
     ``TraceMeanField_ELBO``), NumPyro's :class:`~numpyro.infer.SVI` underneath.
@@ -167,7 +196,7 @@ def fit_svi(model_or_gp, *args, num_steps: int, rng_key, lr: float = 0.01, optim
         :class:`~ppl_sparsegp.SparseGP`), or a NumPyro model function (then pass ``guide``).
     :param args: the model's positional arguments (e.g. ``X (N, D), y (N,)``).
     :param num_steps: the SVI steps (a positive int).
-    :param rng_key: a JAX PRNG key.
+    :param rng_key: a JAX PRNG key, or an int (``jax.random.PRNGKey(rng_key)``).
     :param lr: Adam's learning rate when ``optim`` is None (> 0).
     :param optim: a NumPyro optimiser (e.g. :class:`~ppl_sparsegp.optim.NaturalGradient`); default ``Adam(lr)``.
     :param elbo: a NumPyro ELBO (default ``TraceMeanField_ELBO()``).
@@ -194,7 +223,7 @@ def fit_svi(model_or_gp, *args, num_steps: int, rng_key, lr: float = 0.01, optim
     svi = SVI(model, guide, optim if optim is not None else optimisers.Adam(lr),
               elbo if elbo is not None else TraceMeanField_ELBO())
     t0 = time.perf_counter()
-    state = svi.init(rng_key, *args, **kwargs)
+    state = svi.init(as_rng_key(rng_key), *args, **kwargs)
     names = sorted(svi.get_params(state))
     run_block = jax.jit(_block_runner(svi, names, block, kwargs))
     watch = (None if divergence_factor is None else
@@ -293,16 +322,20 @@ def _non_finite(svi, state, names, step, num_steps, loss, flags, losses):
                               losses=losses)
 
 
-def fit_nuts(model, *args, rng_key, num_warmup: int, num_samples: int, num_chains: int = 1,
-             target_accept_prob: float = 0.8, max_tree_depth: int = 10, dense_mass: bool = False,
-             init_strategy=None, chain_method=None, extra_fields=EXTRA_FIELDS, progress: bool = False,
-             model_kwargs=None):
+@validated
+def fit_nuts(model, *args, rng_key: RngKey, num_warmup: Annotated[int, Integer(0)], num_samples: Count,
+             num_chains: Count = 1, target_accept_prob: Annotated[float, Real(0.0, 1.0, low_open=True, high_open=True)]
+             = 0.8, max_tree_depth: Count = 10, dense_mass: Flag = False,
+             init_strategy: Annotated[Any, OrNone(IsCallable())] = None,
+             chain_method: Annotated[Any, OrNone(OneOf("parallel", "sequential", "vectorized"))] = None,
+             extra_fields: Annotated[Any, InstanceOf(tuple, list, what="a tuple of field names")] = EXTRA_FIELDS,
+             progress: Flag = False, model_kwargs: Annotated[Any, _KWARGS] = None):
     """NUTS on ``model`` (a model function, or an approximation: its ``.model``) with ``*args``, through
     NumPyro's :class:`~numpyro.infer.MCMC`.
 
     :param model: a NumPyro model function or an object with ``.model``.
     :param args: the model's positional arguments (e.g. ``X (N, D), y (N,)``).
-    :param rng_key: a JAX PRNG key.
+    :param rng_key: a JAX PRNG key, or an int (``jax.random.PRNGKey(rng_key)``).
     :param num_warmup: warm-up iterations per chain (an int >= 0).
     :param num_samples: draws per chain (a positive int).
     :param num_chains: chains (a positive int).
@@ -334,6 +367,6 @@ def fit_nuts(model, *args, rng_key, num_warmup: int, num_samples: int, num_chain
     mcmc = MCMC(kernel, num_warmup=int(num_warmup), num_samples=num_samples, num_chains=num_chains,
                 chain_method=chain_method, progress_bar=progress)
     t0 = time.perf_counter()
-    mcmc.run(rng_key, *args, extra_fields=tuple(extra_fields), **(model_kwargs or {}))
+    mcmc.run(as_rng_key(rng_key), *args, extra_fields=tuple(extra_fields), **(model_kwargs or {}))
     jax.block_until_ready(mcmc.get_samples())
     return mcmc, time.perf_counter() - t0

@@ -9,7 +9,8 @@ taken pointwise:
 * the predictive log density :math:`\log \int p(y\mid f)\,q(f)\,df` (for the NLPD).
 
 Closed forms are used where they exist (Gaussian; Poisson with log link and exposure; the probit
-predictive); otherwise the library's single Gauss–Hermite rule :func:`gauss_hermite` is used.
+predictive); otherwise the library's single Gauss–Hermite rule (``gauss_hermite``, in the private
+``_quadrature``) is used.
 
 Parameter fields (``variance``, ``df``, ``scale``, ``exposure``) follow :mod:`ppl_sparsegp.parameters`:
 a number or array is fixed, a NumPyro distribution is a prior (a sample site after
@@ -58,8 +59,6 @@ __all__ = [
     "MulticlassLikelihood",
     "Softmax",
     "RobustMax",
-    "gauss_hermite",
-    "log_gauss_hermite",
     "Likelihood",
     "Gaussian",
     "Bernoulli",
@@ -154,7 +153,7 @@ class Likelihood(Module):
     def predict_log_density(self, y, mean, var):
         r"""Per-point :math:`\log \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df` (for the NLPD).
 
-        Default: :func:`log_gauss_hermite` of :meth:`log_prob`.
+        Default: the Gauss–Hermite rule in log space (``log_gauss_hermite``) of :meth:`log_prob`.
         """
         y, mean, var = _broadcast_yf(y, mean, var)
         return log_gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -25,10 +26,17 @@ import numpyro
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["Module", "Param", "instantiate", "free_sites", "is_concrete", "check_finite", "check_positive",
-           "check_value", "debug_checks", "stack_modules", "check_positive_prior",
-           "check_concrete_module", "free_leaves", "as_rng_key",
-           "check_module_fields"]
+from .validation import ArrayOf, Flag, InstanceOf, OrNone, validated
+
+# The public surface: templates and what users do with them. The check_* helpers, is_concrete, free_leaves
+# and as_rng_key are the library's own (called on values its entry points have judged, often under a trace,
+# and they are what they check): importable by the library's modules, not part of the API (issue 50).
+__all__ = ["Module", "Param", "instantiate", "free_sites", "debug_checks", "stack_modules"]
+
+#: a template: a Module (kernel, likelihood, feature) or a sequence of them (an additive kernel's parts)
+_TEMPLATE = Annotated[Any, InstanceOf("ppl_sparsegp.parameters.Module", list, tuple,
+                                      what="a template (a kernel, likelihood or feature: a Module) or a list of them")]
+_PREFIX = Annotated[str, InstanceOf(str, what="a string (the site names' prefix)")]
 
 
 class Param:
@@ -41,14 +49,19 @@ class Param:
         is refused when the template is used (:func:`instantiate`), naming the field.
     """
 
-    def __init__(self, init, constraint=None):
+    @validated
+    def __init__(self, init: Annotated[Any, ArrayOf()],
+                 constraint: Annotated[Any, OrNone(InstanceOf(constraints.Constraint,
+                                                              what="a NumPyro constraint (e.g. constraints.positive)"))]
+                 = None):
         self.init = jnp.asarray(init)
         self.constraint = constraint
         check_finite(self.init, "Param init")
         if constraint is not None and not bool(jnp.all(constraint(self.init))):
             raise ValueError(f"Param init {np.asarray(self.init)!r} violates its constraint {constraint}")
 
-    def resolved(self, positive: bool, name: str):
+    @validated
+    def resolved(self, positive: Flag, name: Annotated[str, InstanceOf(str, what="a string (the field's name)")]):
         """The constraint to use for a field (``positive``: the field must be positive), checked."""
         if self.constraint is None:
             constraint = constraints.positive if positive else constraints.real
@@ -88,7 +101,8 @@ def _debug_scope(previous):
         debug_checks(previous)
 
 
-def debug_checks(enabled: bool = True):
+@validated
+def debug_checks(enabled: Flag = True):
     """Check traced values too (under ``jit``, ``vmap``, ``grad``, NUTS and SVI), not only concrete ones.
 
     The library validates its inputs and hyperparameters (finite, positive, ...) when they are numbers.
@@ -316,7 +330,8 @@ def check_module_fields(module):
     return module
 
 
-def stack_modules(modules):
+@validated
+def stack_modules(modules: Annotated[Any, InstanceOf(list, tuple, what="a list of modules (e.g. of kernels)")]):
     """One module whose every leaf holds the given modules' values along a new leading axis: K concrete
     kernels (each built, so each validated, by its constructor) as the per-output kernel of
     ``spectral_gp(..., batched_kernel=True)``, e.g. ``stack_modules([Matern32(1.0, [0.1, 0.2]), Matern32(2.0,
@@ -339,7 +354,8 @@ def stack_modules(modules):
     return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(v) for v in leaves]), *modules)
 
 
-def instantiate(template, prefix: str = "", *, point: bool = False):
+@validated
+def instantiate(template: _TEMPLATE, prefix: _PREFIX = "", *, point: Flag = False):
     """Turn a template into a concrete module, adding NumPyro sites for its free parameters.
 
     Must be called inside a NumPyro model or guide. Nested modules are walked with the prefix
@@ -365,7 +381,8 @@ def instantiate(template, prefix: str = "", *, point: bool = False):
     return _walk(template, prefix, on_leaf)
 
 
-def free_sites(template, prefix: str = "") -> dict:
+@validated
+def free_sites(template: _TEMPLATE, prefix: _PREFIX = "") -> dict:
     """The sample sites a template introduces: ``{site name: prior distribution}``.
 
     Also checks (outside any trace) that positive fields have priors with positive support and Params

@@ -377,7 +377,7 @@ def test_a_saved_fit_predicts_as_the_fit(tmp_path):
 
 @pytest.mark.parametrize("args, exc, words", [
     (dict(basis=None, orthogonal=None), ValueError, "both None"),
-    (dict(basis="nope"), TypeError, "basis must be an InducingFeature"),
+    (dict(basis="nope"), TypeError, "basis must be None or an inducing feature"),
     (dict(orthogonal=psg.HermiteFeatures(3)), NotImplementedError, "cross-covariance"),
     (dict(q_cov_basis="bogus"), ValueError, "q_cov_basis"),
     (dict(jitter=-1.0), ValueError, "jitter"),

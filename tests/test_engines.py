@@ -133,12 +133,12 @@ def test_fit_nuts_matches_the_conjugate_posterior():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"num_steps": 0}, "num_steps must be a positive int, got 0"),
+    ({"num_steps": 0}, "fit_svi: num_steps must be a positive integer, got 0"),
     ({"num_steps": 2.5}, "num_steps must be a positive int"),
-    ({"block_size": -1}, "block_size must be a positive int"),
-    ({"lr": -0.1}, "lr must be a positive number"),
-    ({"lr": float("nan")}, "lr must be a positive number"),
-    ({"divergence_factor": 1.0}, "divergence_factor must be a number > 1"),
+    ({"block_size": -1}, "block_size must be None or a positive integer"),
+    ({"lr": -0.1}, "lr must be a finite number > 0"),
+    ({"lr": float("nan")}, r"lr must be a finite number > 0, got nan \(not finite\)"),
+    ({"divergence_factor": 1.0}, "divergence_factor must be None or a finite number > 1"),
     ({"guide": None}, "no guide"),
 ])
 def test_fit_svi_refuses_bad_arguments(kwargs, match):
@@ -148,10 +148,10 @@ def test_fit_svi_refuses_bad_arguments(kwargs, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"num_warmup": -1}, "num_warmup must be an int >= 0"),
+    ({"num_warmup": -1}, "num_warmup must be a non-negative integer, got -1"),
     ({"num_samples": 0}, "num_samples must be a positive int"),
     ({"num_chains": 0}, "num_chains must be a positive int"),
-    ({"target_accept_prob": 1.5}, r"target_accept_prob must be in \(0, 1\)"),
+    ({"target_accept_prob": 1.5}, r"target_accept_prob must be a number in \(0, 1\)"),
     ({"max_tree_depth": 0}, "max_tree_depth must be a positive int"),
 ])
 def test_fit_nuts_refuses_bad_arguments(kwargs, match):

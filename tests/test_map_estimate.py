@@ -56,5 +56,5 @@ def test_rng_key_takes_a_key_or_an_int():
     other = prior_medians(sites, 8)
     assert all(float(by_int[k]) == float(by_key[k]) for k in sites)
     assert any(float(by_int[k]) != float(other[k]) for k in sites)
-    with pytest.raises(TypeError, match="rng_key must be a JAX PRNG key"):
+    with pytest.raises(TypeError, match=r"prior_medians: rng_key must be a PRNG key \(jax.random.PRNGKey\(seed\)\)"):
         prior_medians(sites, 1.5)

@@ -277,8 +277,9 @@ def launch(*args, timeout=60):
 
 @pytest.mark.parametrize("args, message", [
     (["--processes", "2", "inference.benchmarks.harness"], "put the program after '--'"),
-    (["--processes", "0", "--", "inference.benchmarks.harness"], "--processes must be ≥ 1, got 0"),
-    (["--processes", "two", "--", "x"], "invalid int value: 'two'"),
+    (["--processes", "0", "--", "inference.benchmarks.harness"],
+     "argument --processes: must be a positive integer, got 0"),
+    (["--processes", "two", "--", "x"], "argument --processes: must be a positive integer, got 'two'"),
     (["--processes", "2", "--"], "no program after '--'"),
     (["--processes", "2", "--", "inference.no_such_module"], "module 'inference.no_such_module' not found"),
     (["--processes", "2", "--", "no/such/script.py"], "script 'no/such/script.py' not found"),

@@ -23,8 +23,8 @@ from ..kernels import Kernel, check_inputs
 from ..likelihoods import Gaussian, Likelihood
 from ..parameters import Param, check_finite, free_sites, initial_value, instantiate
 from ..sharding import is_distributed, local_blocks
-from ..validation import AFeature, AKernel, ALikelihood, AName, OrNone, validated
-from .common import require_params, require_samples
+from ..validation import AFeature, AKernel, ALikelihood, AName, OrNone, Samples, validated
+from .common import AKey, DataInputs, LatentMean, MaybeInputs, MaybeTargets, require_params, require_samples
 
 _LIKELIHOOD = ALikelihood.__metadata__[0]
 
@@ -57,7 +57,7 @@ class GPModel:
 
     @validated
     def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
-                 mean=0.0, *, name: AName = "f"):
+                 mean: LatentMean = 0.0, *, name: AName = "f"):
         if not isinstance(feature, InducingFeature):
             raise TypeError(f"feature must be an InducingFeature, got {type(feature).__name__}")
         if not isinstance(kernel, Kernel):
@@ -133,20 +133,24 @@ class GPModel:
     #: whether the model's factor ``y`` has one term per observation (for ArviZ's log_likelihood group)
     pointwise_likelihood = True
 
-    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+    @validated
+    def posterior_predictive(self, samples: Samples, rng_key: AKey, X: DataInputs, y: MaybeTargets = None,
+                             **model_kwargs) -> dict:
         """One draw of the model's predictive sites (``y``, and the latent ``f``) per posterior draw;
         ``samples`` ``{site: (chain, draw, ...)}``. Default: NumPyro's ``Predictive`` of the approximation's ``model``
         with ``y=None``."""
         return Predictive(self.model, posterior_samples=samples, batch_ndims=2)(rng_key, X, **model_kwargs)
 
-    def with_data(self, X, y) -> "GPModel":
+    @validated
+    def with_data(self, X: MaybeInputs, y: MaybeTargets) -> "GPModel":
         """This approximation holding its training data for ``predict``: those that condition on the
         data at prediction time (the collapsed ones) return a copy that holds them; the others, whose
         fitted q(u) or draws of u already carry the data, return themselves. So ``gp.with_data(X,
         y).predict(X_new, params=... or samples=...)`` serves every approximation."""
         return self
 
-    def constructor_argument(self, name: str):
+    @validated
+    def constructor_argument(self, name: AName):
         """The value of the constructor argument ``name`` that rebuilds this approximation, as
         ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.saving.save_fit`
         records): the instance attribute of that name. A subclass whose constructor keeps an argument under

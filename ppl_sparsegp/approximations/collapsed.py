@@ -49,9 +49,34 @@ from ..likelihoods import Gaussian
 from ..linalg import Dense
 from ..linalg.woodbury import capacitance_cholesky, whiten_blocks as _whiten, woodbury_log_density
 from ..parameters import Param, check_concrete_module, check_finite, check_positive, free_leaves
-from ..validation import AFeature, AKernel, ALikelihood, AName, InstanceOf, OrNone, validated
+from ..validation import (
+    AFeature,
+    AKernel,
+    ALikelihood,
+    AName,
+    InstanceOf,
+    NonNegative,
+    OrNone,
+    Positive,
+    Samples,
+    validated,
+)
 from .base import GPModel, check_targets
-from .common import require, site_names
+from .common import (
+    AKey,
+    AnOperator,
+    AStatistics,
+    DataInputs,
+    LatentMean,
+    MaybeDraws,
+    MaybeInputs,
+    MaybeParams,
+    MaybeStatistics,
+    MaybeTargets,
+    Targets,
+    require,
+    site_names,
+)
 
 _LIKELIHOOD = ALikelihood.__metadata__[0]
 
@@ -67,7 +92,8 @@ def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
     return capacitance_cholesky(G, noise_variance), jnp.sum(G * G), Wy
 
 
-def collapsed_elbo_from_stats(Kmm, stats: SufficientStatistics, sum_kff, noise_variance):
+@validated
+def collapsed_elbo_from_stats(Kmm: AnOperator, stats: AStatistics, sum_kff: NonNegative, noise_variance: Positive):
     """The collapsed bound from sufficient statistics in O(M³), no N (module docstring; [1], [2, §5.2]).
 
     :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M).
@@ -90,7 +116,8 @@ def _elbo_from_stats(Kmm, stats, sum_kff, noise_variance):
             - 0.5 * jnp.maximum(sum_kff - trace_qff, 0.0) / noise_variance)  # tr(Kff − Qff) ≥ 0
 
 
-def optimal_whitened_q(Kmm, stats: SufficientStatistics, noise_variance):
+@validated
+def optimal_whitened_q(Kmm: AnOperator, stats: AStatistics, noise_variance: Positive):
     r"""The optimal q(v) for u = R v: :math:`S_v = (I + WW^\top/\sigma^2)^{-1}`,
     :math:`\mathbf m_v = S_v W\mathbf y/\sigma^2` (eq. 29 of [2] with its missing Kuu⁻¹ restored).
 
@@ -119,7 +146,8 @@ def _check_regression(X, y, noise_variance):
     return X, y
 
 
-def collapsed_elbo(feature, kernel, X, y, noise_variance):
+@validated
+def collapsed_elbo(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets, noise_variance: Positive):
     """The collapsed (Titsias) bound :math:`\\mathcal L \\le \\log p(\\mathbf y)` for any feature family,
     O(NM²) (the formula is in the module docstring; [1]).
 
@@ -140,7 +168,8 @@ def collapsed_elbo(feature, kernel, X, y, noise_variance):
     return collapsed_elbo_from_stats(Kmm, stats, jnp.sum(kernel.diag(X)), noise_variance)
 
 
-def exact_log_marginal_likelihood(kernel, X, y, noise_variance):
+@validated
+def exact_log_marginal_likelihood(kernel: AKernel, X: DataInputs, y: Targets, noise_variance: Positive):
     r"""The exact GP log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid 0, K_{ff} + \sigma^2 I)`
     by dense Cholesky, O(N³): the reference the bounds are tested against.
 
@@ -183,7 +212,7 @@ class CollapsedGP(GPModel):
 
     @validated
     def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
-                 mean=0.0, *, name: AName = "f",
+                 mean: LatentMean = 0.0, *, name: AName = "f",
                  statistics: Annotated[Any, OrNone(InstanceOf(SufficientStatistics))] = None):
         super().__init__(feature, kernel, likelihood, mean, name=name)
         if not isinstance(self.likelihood, Gaussian):
@@ -197,7 +226,9 @@ class CollapsedGP(GPModel):
     guide = GPModel.point_guide
     pointwise_likelihood = False  # the bound is one scalar factor
 
-    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+    @validated
+    def posterior_predictive(self, samples: Samples, rng_key: AKey, X: DataInputs, y: MaybeTargets = None,
+                             **model_kwargs) -> dict:
         """y ~ N(m_s, v_s + σ_s²) per posterior draw s, from the per-draw predictive marginals at X
         conditioned on (X, y) (or the held statistics)."""
         lead = next(iter(samples.values())).shape[:2]
@@ -208,7 +239,8 @@ class CollapsedGP(GPModel):
         draws = out["f_mean_draws"] + scale * jax.random.normal(rng_key, scale.shape, scale.dtype)
         return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
 
-    def statistics(self, feature, kernel, X, y):
+    @validated
+    def statistics(self, feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets):
         """Sufficient statistics of the data (a family may stream them; see VFF)."""
         return SufficientStatistics.from_kuf(Kuf(feature, kernel, X), y, keep_root=True), jnp.sum(kernel.diag(X))
 
@@ -244,7 +276,8 @@ class CollapsedGP(GPModel):
         if statistics.num_features != M or (statistics.A is not None and jnp.shape(statistics.A) != (M, M)):
             raise ValueError(f"statistics are for {statistics.num_features} features, the feature has {M}")
 
-    def model(self, X=None, y=None, *, statistics: SufficientStatistics | None = None):
+    @validated
+    def model(self, X: MaybeInputs = None, y: MaybeTargets = None, *, statistics: MaybeStatistics = None):
         """The collapsed bound as ``numpyro.factor("y", ...)``, from (X, y) or, when Kuf does not depend
         on the hyperparameters (VFF with the data inside the box), from precomputed ``statistics``
         (:func:`~ppl_sparsegp.features.fourier_statistics.fourier_statistics`; X and y are then ignored)
@@ -266,18 +299,21 @@ class CollapsedGP(GPModel):
         stats, _ = self._centred_statistics(feature, kernel, c, X, y, statistics)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
-    def constructor_argument(self, name: str):
+    @validated
+    def constructor_argument(self, name: AName):
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
         return self.precomputed if name == "statistics" else super().constructor_argument(name)
 
-    def with_data(self, X, y) -> "CollapsedGP":
+    @validated
+    def with_data(self, X: MaybeInputs, y: MaybeTargets) -> "CollapsedGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
         copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
         out = copy.copy(self)
         out.data = (X, y)
         return out
 
-    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
+    @validated
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
         """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``); the
         training data are those the model holds (:meth:`with_data`, or precomputed ``statistics``)."""
         return self._gaussian_predict(X_new, params, samples, lambda: self._training_data("predict"),

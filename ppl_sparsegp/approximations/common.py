@@ -1,10 +1,17 @@
 """What the approximation files share, in one internal module (no private name crosses files): the
 checks of fitted params and posterior draws against the sites a model creates (:func:`site_names`,
-:func:`require`), the refusal of a primitive outside a model run, the inputs' shape for the own-model
-primitives, and the projection E[f(X) | u] they share (:func:`project`)."""
+``require``), the refusal of a primitive outside a model run, the inputs' shape for the own-model
+primitives, and the projection E[f(X) | u] they share (``project``); and the argument hints the
+approximations' signatures share (``DataInputs``, ``Targets``, ``FittedParams``, ...; see
+:mod:`ppl_sparsegp.validation`).
+
+Only :func:`site_names` is public (the runner reads a guide's params with it); the rest are the approximation
+files' own helpers, called with arguments the public entry points have already checked (issue 50's curated
+surface: they are not in ``__all__``, so they are not part of the API and declare nothing)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -13,14 +20,65 @@ from numpyro import handlers
 from ..conditionals import conditional, projected_mean
 from ..kernels import check_inputs
 from ..numpyro_internals import inside_model_run
+from ..validation import (
+    AnyOf,
+    ArrayOf,
+    Draws,
+    InstanceOf,
+    IsCallable,
+    Key,
+    OneOf,
+    OrNone,
+    Template,
+    validated,
+    with_fix,
+)
 
-__all__ = ["site_names", "require", "require_params", "require_samples", "require_model", "as_inputs", "project"]
+__all__ = ["site_names"]
+
+#: an approximation's inputs: an array (N, D) or (N,), or a Grid; only the rank is judged here (the values by
+#: ``check_inputs`` in the body, which also reads a distributed array block by block: nothing is read twice)
+DataInputs = Annotated[Any, AnyOf(ArrayOf(rank=(1, 2), read=False),
+                                  InstanceOf("ppl_sparsegp.grid.Grid", what="a Grid"))]
+MaybeInputs = Annotated[Any, OrNone(DataInputs.__metadata__[0])]
+#: targets (N,) (their values judged by the likelihood's ``validate`` in the body, against X's rows there)
+Targets = Annotated[Any, ArrayOf(rank=1, read=False)]
+MaybeTargets = Annotated[Any, OrNone(ArrayOf(rank=1, read=False))]
+_PARAMS = InstanceOf(Mapping, what="the SVI params (svi_result.params, a dict)")
+FittedParams = Annotated[Any, _PARAMS]
+MaybeParams = Annotated[Any, OrNone(_PARAMS)]
+MaybeDraws = Annotated[Any, OrNone(Draws())]
+#: a PRNG key (NumPyro's Predictive and jax.random take no int seed)
+AKey = Annotated[Any, Key(allow_int=False)]
+MaybeKey = Annotated[Any, OrNone(Key())]  # a key or an int seed (as_rng_key converts it)
+#: a constant mean: a finite number (or one per latent GP), a NumPyro prior or a Param
+LatentMean = Annotated[Any, Template(rank=(0, 1), positive=False)]
+#: the own-model primitives' feature: their order is (feature, kernel), and the fix says so
+PrimitiveFeature = Annotated[Any, with_fix(
+    InstanceOf("ppl_sparsegp.features.base.InducingFeature", what="an InducingFeature (e.g. FourierFeatures(-1.0, "
+                                                                  "2.0, 8))"),
+    "pass the inducing feature first and the kernel second, (feature, kernel): if a kernel came first, swap them")]
+AnOperator = Annotated[Any, InstanceOf("ppl_sparsegp.linalg.LinearOperator",
+                                       what="a LinearOperator (e.g. Kuu(feature, kernel))")]
+MaybeOperator = Annotated[Any, OrNone(AnOperator.__metadata__[0])]
+AStatistics = Annotated[Any, InstanceOf("ppl_sparsegp.covariances.SufficientStatistics",
+                                        what="SufficientStatistics (e.g. SufficientStatistics.from_kuf(Kuf, y))")]
+MaybeStatistics = Annotated[Any, OrNone(AStatistics.__metadata__[0])]
 
 
-def site_names(gp, fn, kind: str) -> list:
+@validated
+def site_names(gp: Annotated[Any, InstanceOf("ppl_sparsegp.approximations.base.GPModel",
+                                             what="an approximation (e.g. a SparseGP)")],
+               fn: Annotated[Any, IsCallable()], kind: Annotated[str, OneOf("param", "sample")]) -> list:
     """Names of the ``kind`` ("param" or "sample") sites that ``fn`` (the guide, or the model's
     components) creates, found by tracing it abstractly (``jax.eval_shape``: no FLOPs, and no concrete
-    values needed, so it also works under ``jit``); cached on the model."""
+    values needed, so it also works under ``jit``); cached on the model.
+
+    :param gp: the approximation (the cache lives on it).
+    :param fn: its guide, or its ``components`` (the model's hyperparameter sites).
+    :param kind: ``"param"`` or ``"sample"``.
+    :returns: the site names, in the order ``fn`` creates them.
+    """
     cache = gp.__dict__.setdefault("_site_names", {})
     key = (getattr(fn, "__name__", repr(fn)), kind)
     if key not in cache:

@@ -53,7 +53,7 @@ References:
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,9 +71,23 @@ from ..kernels import check_inputs
 from ..linalg import BlockDiag, Dense, Diagonal, Identity
 from ..parameters import free_sites, instantiate
 from ..sharding import is_distributed, map_rows
+from ..validation import AFeature, AKernel, ALikelihood, AName, Flag, MaybeCount, OrNone, Real, validated
 from .base import GPModel
-from .common import require_params, require_samples  # approximations/common.py after the rename
-from .variational import default_family, diagonal_covariance, full_covariance, q_cov_name, resolve_q_family
+from .common import (
+    AnOperator,
+    DataInputs,
+    FittedParams,
+    LatentMean,
+    MaybeDraws,
+    MaybeInputs,
+    MaybeKey,
+    MaybeParams,
+    MaybeTargets,
+    Targets,
+    require_params,
+    require_samples,
+)
+from .variational import QFamily, default_family, diagonal_covariance, full_covariance, q_cov_name, resolve_q_family
 
 __all__ = ["OrthogonallyDecoupledGP", "cross_covariance", "basis_default_family"]
 
@@ -93,7 +107,8 @@ def _cross_inducing_points(basis, orthogonal, kernel):
     return Kuf(basis, kernel, orthogonal.Z)
 
 
-def basis_default_family(Kmm):
+@validated
+def basis_default_family(Kmm: AnOperator):
     """The q family ``q_cov_basis="auto"`` picks: mean field for a diagonal (or identity) Kuu, so that
     nothing over U costs more than O(M_u) per step (the basis is large by design); otherwise the family
     :func:`~ppl_sparsegp.approximations.variational.default_family` picks (full, or block-diagonal).
@@ -135,6 +150,10 @@ def _check_feature(feature, argument):
     return feature
 
 
+#: U or V: an inducing feature, or None for an absent part
+_MaybeFeature = Annotated[Any, OrNone(AFeature.__metadata__[0])]
+
+
 class OrthogonallyDecoupledGP(GPModel):
     r"""The orthogonally decoupled sparse GP of [2, 3] (module docstring: the split, the family, the KL, the
     cost): f = f_u + f_⊥ with f_u on a basis U and f_⊥ on inducing features V, orthogonal to U.
@@ -166,9 +185,12 @@ class OrthogonallyDecoupledGP(GPModel):
         cross-covariance (the message lists the registered pairs).
     """
 
-    def __init__(self, basis, orthogonal, kernel, likelihood=None, mean=0.0, *, whiten: bool = True,
-                 q_cov_basis="auto", q_cov_orthogonal="auto", num_latent_gps: int | None = None,
-                 jitter: float | None = None, name: str = "f"):
+    @validated
+    def __init__(self, basis: _MaybeFeature, orthogonal: _MaybeFeature, kernel: AKernel,
+                 likelihood: Annotated[Any, OrNone(ALikelihood.__metadata__[0])] = None, mean: LatentMean = 0.0, *,
+                 whiten: Flag = True, q_cov_basis: QFamily = "auto", q_cov_orthogonal: QFamily = "auto",
+                 num_latent_gps: MaybeCount = None, jitter: Annotated[Any, OrNone(Real(0.0, None))] = None,
+                 name: AName = "f"):
         basis, orthogonal = _check_feature(basis, "basis"), _check_feature(orthogonal, "orthogonal")
         if basis is None and orthogonal is None:
             raise ValueError("basis and orthogonal are both None: give at least one feature (basis=None: SVGP on "
@@ -326,7 +348,8 @@ class OrthogonallyDecoupledGP(GPModel):
             out.append(value if L == 1 else value.reshape(L, dim))
         return out
 
-    def model(self, X, y=None, *, batch_size: int | None = None):
+    @validated
+    def model(self, X: DataInputs, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
         """The joint model: hyperparameter sites, the two inducing sites, and the likelihood of y given
         :math:`p(f\\mid\\mathbf u,\\mathbf v_\\perp)` in a (sub-sampled) data plate, scaled by N / batch_size.
 
@@ -390,7 +413,8 @@ class OrthogonallyDecoupledGP(GPModel):
         dtype = jnp.result_type(float) if Ku is None else Ku.dtype
         return Prior(Ku, None, Identity(V.num_features, dtype))
 
-    def guide(self, X=None, y=None, *, batch_size: int | None = None):
+    @validated
+    def guide(self, X: MaybeInputs = None, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
         """Independent Gaussians q(u) and q(v_⊥) (one per latent GP, families ``q_cov_basis`` and
         ``q_cov_orthogonal``) and point estimates of the hyperparameters."""
         kernel, likelihood, (U, V), c = self.components(point=True)
@@ -413,7 +437,8 @@ class OrthogonallyDecoupledGP(GPModel):
             q = self._q_all(prior)
         return kernel, likelihood, (U, V), c, prior, q, Kmn
 
-    def kl(self, params: dict):
+    @validated
+    def kl(self, params: FittedParams):
         r""":math:`\mathrm{KL}[q(\mathbf u)\|p(\mathbf u)] + \mathrm{KL}[q(\mathbf v_\perp)\|
         \mathcal N(0, C_{vv})]` at SVI params (module docstring), summed over the latent GPs.
 
@@ -433,7 +458,9 @@ class OrthogonallyDecoupledGP(GPModel):
                 total = total + gaussian_kl(m, S, Identity(S.size, S.dtype) if self.whiten else K)
         return total
 
-    def elbo(self, params: dict, X, y, rng_key=None, *, num_data: int | None = None):
+    @validated
+    def elbo(self, params: FittedParams, X: DataInputs, y: Targets, rng_key: MaybeKey = None, *,
+             num_data: MaybeCount = None):
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}` (:meth:`kl`) at SVI
         params; exact for closed-form likelihoods, Gauss–Hermite otherwise, Monte Carlo with ``rng_key`` for a
         Monte Carlo likelihood. With ``num_data`` = N, (X, y) is a minibatch scaled by N / len(X).
@@ -455,7 +482,8 @@ class OrthogonallyDecoupledGP(GPModel):
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - self._kl(prior, q)
 
-    def constructor_argument(self, name: str):
+    @validated
+    def constructor_argument(self, name: AName):
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov_basis``/``q_cov_orthogonal`` are the
         names of the q families.
 
@@ -466,7 +494,8 @@ class OrthogonallyDecoupledGP(GPModel):
             return "auto" if family is auto else q_cov_name(family)
         return super().constructor_argument(name)
 
-    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
+    @validated
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
         """Predictive marginals at X_new (the library's one signature).
 
         :param X_new: inputs (N, D).

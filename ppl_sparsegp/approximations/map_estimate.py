@@ -31,7 +31,8 @@ _SITES = InstanceOf(dict, what="a dict {site name: NumPyro prior} (gp.hyperparam
 __all__ = ["map_lbfgs", "prior_medians"]
 
 
-def prior_medians(sites: dict, rng_key=0, num: int = 101) -> dict:
+@validated
+def prior_medians(sites: Annotated[dict, _SITES], rng_key: RngKey = 0, num: Count = 101) -> dict:
     """Median of ``num`` prior draws per site (a robust starting point).
 
     :param sites: ``{name: NumPyro distribution}``.

@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,18 @@ from ..linalg.woodbury import (
     woodbury_log_density,
 )
 from ..parameters import check_finite, check_positive, check_positive_prior, free_leaves, instantiate, is_concrete
-from ..validation import Flag, InstanceOf, MaybeCount, validated
+from ..validation import (
+    AnyOf,
+    ArrayOf,
+    Flag,
+    InstanceOf,
+    IsCallable,
+    Key,
+    MaybeCount,
+    OrNone,
+    PositiveScalar,
+    validated,
+)
 from . import own_model_checks
 from .common import as_inputs as _as_inputs, project as _project, require_model as _require_model
 from .exact_marginal import (
@@ -78,6 +89,13 @@ from .exact_marginal import (
 )
 
 __all__ = ["marginal_spectral_gp", "MarginalGaussian"]
+
+#: the declared kinds of marginal_spectral_gp's arguments; their shapes against each other (X's rows, y's
+#: last axis, the basis' width against the prior's) are checked in the body, naming both
+_GPS = Annotated[Any, InstanceOf(tuple, list, dict, what="a (feature, kernel) pair, a list of pairs or a dict "
+                                                          "{gp name: (feature, kernel)}")]
+_X = Annotated[Any, ArrayOf(rank=(1, 2), read=False)]
+_BASIS = Annotated[Any, OrNone(AnyOf(IsCallable(), ArrayOf(rank=(1, 2), read=False)))]
 
 
 class _Part(NamedTuple):
@@ -187,7 +205,8 @@ class MarginalGaussian(Distribution):
         r = jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
         return jnp.reshape(_loo(self.parts, self.noise_variance, r).T, jnp.shape(value))
 
-    def posterior_weights(self, value, rng_key):
+    @validated
+    def posterior_weights(self, value: Annotated[Any, ArrayOf(read=False)], rng_key: Annotated[Any, Key()]):
         r"""One draw of the integrated-out weights v (…, M') from their conditional given y:
         :math:`\mathcal N(B^{-1}Z^\top\mathbf r/\sigma^2, B^{-1})`, :math:`B = I + Z^\top Z/\sigma^2`,
         drawn as :math:`L_B^{-\top}(L_B^{-1}Z^\top\mathbf r/\sigma^2 + \boldsymbol\xi)`."""
@@ -370,8 +389,12 @@ def _statistics(parts, y, H):
 
 
 @validated
-def marginal_spectral_gp(name: Annotated[str, InstanceOf(str, what="a string (the observed site's name)")], gps, X, y,
-                         noise_scale, *, mean_basis=None, mean_prior=None, X_new=None, mean_basis_new=None,
+def marginal_spectral_gp(name: Annotated[str, InstanceOf(str, what="a string (the observed site's name)")],
+                         gps: _GPS, X: _X, y: Annotated[Any, OrNone(ArrayOf(read=False))],
+                         noise_scale: PositiveScalar, *, mean_basis: _BASIS = None,
+                         mean_prior: Annotated[Any, OrNone(InstanceOf(Distribution, what="a NumPyro prior"))] = None,
+                         X_new: Annotated[Any, OrNone(_X.__metadata__[0])] = None,
+                         mean_basis_new: Annotated[Any, OrNone(ArrayOf(rank=(1, 2), read=False))] = None,
                          exact: Flag = False, max_exact_rows: MaybeCount = MAX_EXACT_ROWS):
     r"""Observe y as Gaussian noise around one or several spectral GPs (and a parametric mean), with the
     inducing variables integrated out exactly; under ``Predictive`` with ``X_new``, draw each GP there.

@@ -53,16 +53,17 @@ from ..gaussian import StructuredNormal
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
-from ..validation import AName, Flag, validated
+from ..validation import AKernel, AName, Flag, validated
 from . import own_model_checks
-from .common import as_inputs, project, require_model
+from .common import DataInputs, MaybeInputs, MaybeOperator, PrimitiveFeature, as_inputs, project, require_model
 from .variational import QFamily, resolve_q_family
 
 __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
 
 
 @validated
-def inducing_prior(name: AName, feature, kernel, *, whiten: Flag = True, Kmm=None):
+def inducing_prior(name: AName, feature: PrimitiveFeature, kernel: AKernel, *, whiten: Flag = True,
+                   Kmm: MaybeOperator = None):
     r"""Sample the inducing variables: site ``f"{name}_v"`` (whitened) or ``f"{name}_u"`` (centred).
 
     Whitened, :math:`\mathbf v\sim\mathcal N(0, I_{M'})` (with :math:`\mathbf u = R\mathbf v`, R the square
@@ -95,7 +96,8 @@ def inducing_prior(name: AName, feature, kernel, *, whiten: Flag = True, Kmm=Non
 
 
 @validated
-def spectral_gp(name: AName, feature, kernel, X, *, X_new=None, whiten: Flag = True,
+def spectral_gp(name: AName, feature: PrimitiveFeature, kernel: AKernel, X: DataInputs, *, X_new: MaybeInputs = None,
+                whiten: Flag = True,
                 return_variance: Flag = False, batched_kernel: Flag = False):
     r"""Add a latent GP with the given inducing features to the current model; return f(X).
 
@@ -233,7 +235,8 @@ def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
 
 
 @validated
-def inducing_guide(name: AName, feature, kernel, *, whiten: Flag = True, q_cov: QFamily = "auto", Kmm=None):
+def inducing_guide(name: AName, feature: PrimitiveFeature, kernel: AKernel, *, whiten: Flag = True,
+                   q_cov: QFamily = "auto", Kmm: MaybeOperator = None):
     """The variational q over :func:`inducing_prior`'s site, for the user's own guide: a Gaussian from a
     q family (``"auto"``, ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable, see
     :mod:`~ppl_sparsegp.approximations.variational`) with params ``<site>_loc`` etc., initialised at the

@@ -52,7 +52,19 @@ from ..validation import (
     validated,
 )
 from .base import GPModel
-from .common import require_params, require_samples
+from .common import (
+    DataInputs,
+    FittedParams,
+    LatentMean,
+    MaybeDraws,
+    MaybeInputs,
+    MaybeKey,
+    MaybeParams,
+    MaybeTargets,
+    Targets,
+    require_params,
+    require_samples,
+)
 from .primitives import inducing_prior
 from .variational import QFamily, q_cov_name, resolve_q_family
 
@@ -100,7 +112,7 @@ class SparseGP(GPModel):
 
     @validated
     def __init__(self, feature: AFeature, kernel: AKernel, likelihood: Annotated[Any, OrNone(_LIKELIHOOD)] = None,
-                 mean=0.0, *, whiten: Flag = True, q_cov: QFamily = "auto",
+                 mean: LatentMean = 0.0, *, whiten: Flag = True, q_cov: QFamily = "auto",
                  residual: Annotated[str, OneOf("expected", "marginal", "none")] = "expected",
                  num_latent_gps: MaybeCount = None, name: AName = "f"):
         super().__init__(feature, kernel, likelihood, mean, name=name)
@@ -145,7 +157,8 @@ class SparseGP(GPModel):
             return None
         return numpyro.prng_key()
 
-    def model(self, X, y=None, *, batch_size: int | None = None):
+    @validated
+    def model(self, X: DataInputs, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
         """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive).
 
         :param X: inputs (N, D) or a :class:`~ppl_sparsegp.Grid`.
@@ -198,7 +211,8 @@ class SparseGP(GPModel):
             return lik.predict_log_density(y, mean, var)
         return lik.log_prob(y, mean)
 
-    def guide(self, X=None, y=None, *, batch_size: int | None = None):
+    @validated
+    def guide(self, X: MaybeInputs = None, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
         """Gaussian q over the inducing site (one per latent GP) and point estimates of the
         hyperparameters."""
         kernel, likelihood, feature, c = self.components(point=True)
@@ -235,7 +249,9 @@ class SparseGP(GPModel):
         return jax.vmap(lambda m, Sl: conditional(feature, kernel, X, m, Sl, whiten=self.whiten, Kmm=Kmm),
                         out_axes=-1)(locs, stacked)
 
-    def elbo(self, params: dict, X, y, rng_key=None, *, num_data: int | None = None):
+    @validated
+    def elbo(self, params: FittedParams, X: DataInputs, y: Targets, rng_key: MaybeKey = None, *,
+             num_data: MaybeCount = None):
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}(q(\mathbf u)\,\|\,
         p(\mathbf u))` at the given SVI params (all of the guide's params: a missing one raises
         ``ValueError``); exact, or Monte Carlo with ``rng_key`` for a Monte Carlo likelihood (Softmax). With
@@ -253,7 +269,8 @@ class SparseGP(GPModel):
         scale = 1.0 if num_data is None else num_data / X.shape[0]
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
 
-    def constructor_argument(self, name: str):
+    @validated
+    def constructor_argument(self, name: AName):
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov`` is the name of the q family
         (the string :func:`~ppl_sparsegp.approximations.variational.resolve_q_family` takes back).
 
@@ -262,7 +279,8 @@ class SparseGP(GPModel):
             return q_cov_name(self.q_family)
         return super().constructor_argument(name)
 
-    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
+    @validated
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
         """Predictive marginals at X_new.
 
         :param params: SVI params (``svi_result.params``): q(u) is used analytically.

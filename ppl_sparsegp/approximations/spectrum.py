@@ -70,10 +70,36 @@ from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sa
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
 from ..parameters import initial_value, instantiate
-from ..validation import AKernel, ALikelihood, AName, MaybeCount, OneOf, OrNone, validated
+from ..validation import (
+    AFeature,
+    AKernel,
+    ALikelihood,
+    AName,
+    MaybeCount,
+    NonNegative,
+    OneOf,
+    OrNone,
+    Positive,
+    RngKey,
+    Samples,
+    Template,
+    validated,
+)
 from .base import GPModel
 from .collapsed import optimal_whitened_q
-from .common import require, site_names
+from .common import (
+    AKey,
+    DataInputs,
+    FittedParams,
+    LatentMean,
+    MaybeDraws,
+    MaybeInputs,
+    MaybeParams,
+    MaybeTargets,
+    Targets,
+    require,
+    site_names,
+)
 
 __all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
 
@@ -157,7 +183,9 @@ def _marginal(feature, kernel, X, noise_variance, mean=0.0):
     return SparseSpectrumNormal(jnp.broadcast_to(mean, (N,)).astype(W.dtype), diag, W)  # Eq. (9) [2]
 
 
-def ssgp_log_marginal_likelihood(feature, kernel, X, y, noise_variance, mean=0.0):
+@validated
+def ssgp_log_marginal_likelihood(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets,
+                                 noise_variance: Positive, mean: LatentMean = 0.0):
     r""":math:`\log\mathcal N(\mathbf y\mid c\mathbf 1, s\Phi^\top\Phi + \sigma^2 I)` in
     :math:`O(NR^2 + R^3)` (module docstring; corrected eq. (9) of [2])."""
     X = feature.check_inputs(check_inputs(X, "X"))
@@ -208,7 +236,9 @@ class SparseSpectrumGP(GPModel):
 
     @validated
     def __init__(self, kernel: AKernel, likelihood: Annotated[Any, OrNone(ALikelihood.__metadata__[0])] = None,
-                 mean=0.0, *, frequencies=None, num_frequencies: MaybeCount = None, input_dim: MaybeCount = None,
+                 mean: LatentMean = 0.0, *,
+                 frequencies: Annotated[Any, OrNone(Template(rank=2, positive=False))] = None,
+                 num_frequencies: MaybeCount = None, input_dim: MaybeCount = None,
                  init: Annotated[str, OneOf("qmc", "mc", "orf")] = "qmc", name: AName = "f"):
         if frequencies is None:
             if num_frequencies is None or input_dim is None:
@@ -231,7 +261,8 @@ class SparseSpectrumGP(GPModel):
         """True when Ω is a sample site (``feature_frequencies``)."""
         return isinstance(self.feature.frequencies, Distribution)
 
-    def init_frequencies(self, rng_key):
+    @validated
+    def init_frequencies(self, rng_key: RngKey):
         """A starting Ω drawn from the kernel family's spectral density with ``self.init``."""
         R, D = self.feature.num_frequencies, self.feature.input_dim
         return sample_frequencies(type(self.kernel), rng_key, R, D, self.init)
@@ -255,7 +286,8 @@ class SparseSpectrumGP(GPModel):
         return kernel, likelihood, RandomFourierFeatures(omega), mean
 
     # --- model and guides ---------------------------------------------------------------------------
-    def model(self, X, y=None, *, likelihood_scale=1.0):
+    @validated
+    def model(self, X: DataInputs, y: MaybeTargets = None, *, likelihood_scale: NonNegative = 1.0):
         """``y ~ N(c, sΦᵀΦ + σ²I)`` (observed when y is given); ``likelihood_scale`` tempers it."""
         kernel, likelihood, feature, c = self.components()
         X = feature.check_inputs(check_inputs(X, "X"))
@@ -267,11 +299,13 @@ class SparseSpectrumGP(GPModel):
         with handlers.scale(scale=likelihood_scale):
             numpyro.sample("y", _marginal(feature, kernel, X, likelihood.variance, c), obs=y)
 
-    def guide(self, X=None, y=None, **kwargs):
+    @validated
+    def guide(self, X: MaybeInputs = None, y: MaybeTargets = None, **kwargs):
         """Point masses on every site (Ω at a random draw): MAP / maximum likelihood under SVI."""
         return self.components(point=True)
 
-    def particle_guide(self, X=None, y=None, **kwargs):
+    @validated
+    def particle_guide(self, X: MaybeInputs = None, y: MaybeTargets = None, **kwargs):
         """The SteinVI particle guide: a point mass on Ω only (param ``feature_frequencies_map``).
 
         Hyperparameters must be numbers or Params (model-level params, which SteinVI shares between
@@ -279,13 +313,15 @@ class SparseSpectrumGP(GPModel):
         shapes differ from the particles'."""
         return self._frequency_point_mass()
 
-    def log_marginal_likelihood(self, values: dict, X, y):
+    @validated
+    def log_marginal_likelihood(self, values: FittedParams, X: DataInputs, y: Targets):
         """:math:`\\log p(\\mathbf y\\mid\\Omega, \\theta)` at site/param values (e.g. one particle)."""
         kernel, likelihood, feature, c = self.components_from(values)
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
     # --- prediction ---------------------------------------------------------------------------------
-    def constructor_argument(self, name: str):
+    @validated
+    def constructor_argument(self, name: AName):
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
         ``num_frequencies`` and ``input_dim`` are not used, None)."""
         if name == "frequencies":
@@ -294,7 +330,8 @@ class SparseSpectrumGP(GPModel):
             return None
         return super().constructor_argument(name)
 
-    def with_data(self, X, y) -> "SparseSpectrumGP":
+    @validated
+    def with_data(self, X: MaybeInputs, y: MaybeTargets) -> "SparseSpectrumGP":
         """This model holding its training data (X, y) for :meth:`predict` and :meth:`optimal_q` (a shallow
         copy; the original is unchanged). Cheap, and allowed inside ``jit``."""
         out = copy.copy(self)
@@ -334,7 +371,8 @@ class SparseSpectrumGP(GPModel):
         X, y = self._checked_data(X, y)
         return self._weight_posterior(self.components_from(values), X, y)
 
-    def predict(self, X_new, *, params: dict | None = None, samples: dict | None = None):
+    @validated
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
         """Predictive marginals at X_new, conditioned on the data the model holds (:meth:`with_data`).
 
         ``params`` (SVI: the point guide's params) give ``f_mean``, ``f_var``, ``y_mean``, ``y_var``;
@@ -346,7 +384,8 @@ class SparseSpectrumGP(GPModel):
             X_new, params, samples, lambda: self._checked_data(*self._training_data("predict")),
             lambda values, X, y: self._weight_posterior(self.components_from(values), X, y))
 
-    def predict_particles(self, X_new, X, y, particles: dict):
+    @validated
+    def predict_particles(self, X_new: DataInputs, X: DataInputs, y: Targets, particles: Samples):
         """The mixture predictive of M particles (Algorithm 2 of [2]): ``gp.with_data(X, y).predict(X_new,
         samples=particles)``.
 
@@ -357,7 +396,9 @@ class SparseSpectrumGP(GPModel):
         """
         return self.with_data(X, y).predict(X_new, samples=particles)
 
-    def posterior_predictive(self, samples: dict, rng_key, X, y=None, **model_kwargs) -> dict:
+    @validated
+    def posterior_predictive(self, samples: Samples, rng_key: AKey, X: DataInputs, y: MaybeTargets = None,
+                             **model_kwargs) -> dict:
         """y ~ N(m_s, v_s + σ_s²) per posterior draw s: the per-draw predictive marginals at X conditioned
         on (X, y) (the weights' posterior given the draw), as for the collapsed bound; ``samples``
         ``{site: (chain, draw, ...)}``."""

@@ -72,7 +72,8 @@ class SphericalFit:
     def feature(self):
         return self.gp.feature
 
-    def predict(self, X_new, *, chunk_size: int = 8192):
+    @validated
+    def predict(self, X_new: Annotated[Any, ArrayOf(rank=2, read=False)], *, chunk_size: Count = 8192):
         """Predictive marginals of f at ``X_new`` (N*, D) in chunks of ``chunk_size`` rows (one compilation).
 
         :returns: ``(f_mean (N*,), f_var (N*,))`` NumPy arrays; add ``noise_variance`` for y.

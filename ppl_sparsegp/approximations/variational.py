@@ -17,13 +17,18 @@ import numpyro
 from numpyro.distributions import constraints
 
 from ..linalg import BlockDiag, Dense, Diagonal, Kronecker, KroneckerSum, StackedBlockDiag
-from ..validation import AnyOf, IsCallable, OneOf
+from ..validation import AName, AnyOf, Count, Flag, InstanceOf, IsCallable, OneOf, validated
 
 __all__ = ["full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
            "default_family", "resolve_q_family"]
 
+#: Kuu, as the q families receive it (a traced operator is not judged: the guides call them under jit)
+_OPERATOR = Annotated[Any, InstanceOf("ppl_sparsegp.linalg.LinearOperator",
+                                      what="a LinearOperator (e.g. Kuu(feature, kernel))")]
 
-def full_covariance(name, dim, Kmm, whiten):
+
+@validated
+def full_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
     """q = N(m, LLᵀ) with a free lower-triangular L (initialised at the prior).
 
     :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale_tril``.
@@ -43,7 +48,8 @@ def full_covariance(name, dim, Kmm, whiten):
     return loc, Dense.from_cholesky(L)
 
 
-def diagonal_covariance(name, dim, Kmm, whiten):
+@validated
+def diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
     """q = N(m, diag(s²)) (mean field), initialised at the prior's marginal variances.
 
     :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale``.
@@ -61,7 +67,8 @@ def diagonal_covariance(name, dim, Kmm, whiten):
     return loc, Diagonal(scale**2)
 
 
-def block_diagonal_covariance(name, dim, Kmm, whiten):
+@validated
+def block_diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
     r"""q = :math:`\prod_t\mathcal N(\boldsymbol\mu_t, L_tL_t^\top)`: one full-rank Gaussian per block of
     Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [2, §4.2]. Returns ``(loc, S)``, S a
     :class:`~ppl_sparsegp.linalg.StackedBlockDiag` of the factors when the blocks have equal sizes (one
@@ -103,7 +110,8 @@ def block_diagonal_covariance(name, dim, Kmm, whiten):
     return loc, BlockDiag(tuple(Dense.from_cholesky(L) for L in Ls))
 
 
-def two_kronecker_covariance(name, dim, Kmm, whiten):
+@validated
+def two_kronecker_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
     r"""q(u) (or q(v)) covariance :math:`S = \otimes_d L_dL_d^\top + \otimes_d J_dJ_d^\top` for
     Kronecker features [1, §5.3, Fig. 7]: unlike a single Kronecker product it keeps the ELBO
     increasing with M. Use as ``SparseGP(KroneckerFeatures(...), ..., q_cov=two_kronecker_covariance)``.
@@ -143,7 +151,8 @@ _FAMILIES = {"full": full_covariance, "diag": diagonal_covariance, "block-diag":
              "two-kron": two_kronecker_covariance}
 
 
-def default_family(Kmm):
+@validated
+def default_family(Kmm: _OPERATOR):
     """The family ``q_cov="auto"`` picks from Kuu's structure: block-diagonal for a
     :class:`~ppl_sparsegp.linalg.StackedBlockDiag` Kuu (harmonic features: the HVGP's q [2, §4.2]), full
     otherwise (a two-Kronecker or diagonal q is a further approximation the caller opts into).
@@ -157,7 +166,8 @@ def _auto(name, dim, Kmm, whiten):
     return default_family(Kmm)(name, dim, Kmm, whiten)
 
 
-def resolve_q_family(q_cov):
+@validated
+def resolve_q_family(q_cov: QFamily):
     """The q(u) covariance family for ``q_cov``: ``"auto"`` (from Kuu's structure, :func:`default_family`),
     ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable
     ``(name, dim, Kmm, whiten) -> (loc, operator)``, returned as is."""

@@ -2,9 +2,15 @@
 (the optimiser of Stein random feature regression, :mod:`ppl_sparsegp.stein`)."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 from numpyro.optim import Adam
+
+from ..validation import AnyOf, IsCallable, NonNegative, Positive, Real, validated
+
+_DECAY_RATE = Annotated[float, Real(0.0, 1.0, high_open=True)]
 
 __all__ = ["AdamW"]
 
@@ -29,8 +35,10 @@ class AdamW(Adam):
         1. Loshchilov, Hutter (2019), Decoupled weight decay regularization (AdamW).
     """
 
-    def __init__(self, step_size, weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999,
-                 eps: float = 1e-8):
+    @validated
+    def __init__(self, step_size: Annotated[Any, AnyOf(Positive.__metadata__[0], IsCallable())],
+                 weight_decay: NonNegative = 0.0, b1: _DECAY_RATE = 0.9, b2: _DECAY_RATE = 0.999,
+                 eps: Positive = 1e-8):
         # the parent's jax rule is never used: init, update and get_params below replace it
         super().__init__(1.0, b1=b1, b2=b2, eps=eps)
         self.lr = step_size if callable(step_size) else (lambda name: step_size)

@@ -1,12 +1,18 @@
 """Step-dependent schedules: the cyclical annealing of SVGD's driving term (:func:`cyclical_annealing`)."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax.numpy as jnp
+
+from ..validation import ArrayOf, Count, NonNegative, validated
 
 __all__ = ["cyclical_annealing"]
 
 
-def cyclical_annealing(t, num_steps: int, num_cycles: int = 5, power: float = 0.0):
+@validated
+def cyclical_annealing(t: Annotated[Any, ArrayOf(read=False)], num_steps: Count, num_cycles: Count = 5,
+                       power: NonNegative = 0.0):
     r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [1, §1.3]; ``power=0`` gives γ ≡ 1.
 
     The loss temperature of SVGD's driving term: within each of the c cycles it rises from 0 to nearly 1
