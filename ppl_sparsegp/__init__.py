@@ -5,11 +5,11 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 ``docs/architecture.md``, which a test keeps complete):
 
 * 0: :mod:`.numpyro_internals` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
-  fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
-  per-device blocks), :mod:`.datasets`, :mod:`.validation` (the declared argument checks every public callable
-  runs: ``Annotated`` hints read by ``@validated``);
+  fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.validation` (the declared argument
+  checks every public callable runs: ``Annotated`` hints read by ``@validated``);
 * 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
-  (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers);
+  (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers), :mod:`.sharding` (data meshes,
+  per-device blocks), :mod:`.datasets`;
 * 2: :mod:`.kernels` (stationary, periodic, zonal and sphere kernels, sums and products),
   :mod:`.gaussian` (the structured Gaussian and its KL);
 * 3: :mod:`.groups`; 4: :mod:`.conditionals` (the default q(u) → q(f));

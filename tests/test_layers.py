@@ -15,9 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "ppl_sparsegp"
 # unit -> floor. Ground floor first (its own order: nothing imports sideways), then features,
 # approximations, Stein inference, diagnostics.
 FLOORS = {
-    "_version": 0, "_quadrature": 0, "numpyro_internals": 0, "parameters": 0, "datasets": 0, "sharding": 0,
+    "_version": 0, "_quadrature": 0, "numpyro_internals": 0, "parameters": 0,
     "validation": 0,
-    "linalg": 1, "grid": 1, "likelihoods": 1, "covariances": 1,
+    "linalg": 1, "grid": 1, "likelihoods": 1, "covariances": 1, "datasets": 1, "sharding": 1,
     "kernels": 2, "gaussian": 2,
     "groups": 3,
     "conditionals": 4,

@@ -282,7 +282,23 @@ EXEMPT_PARAMETERS = {
 }
 
 
+#: parameters judged in the body (against each other, or a structure no declaration states), by
+#: "qualified name:parameter" (or the qualified name alone: each of its parameters), with the reason
+EXEMPT_IN_BODY = {
+    "ppl_sparsegp.sharding.map_rows:out_rows": "a pytree of ints shaped like fn's output (a prefix of it): each leaf "
+                                               "is judged in the body, before fn runs (map_rows: out_rows must hold "
+                                               "non-negative ints)",
+    "ppl_sparsegp.stein.FrequencyRBFKernel.compute": "SteinKernel protocol: SteinVI calls it, under tracing, with its "
+                                                     "own particles and loss",
+    "ppl_sparsegp.stein.FrequencySteinVI.kernel_divergence": "a hook of SteinVIWithDivergence: SteinVI's update calls "
+                                                              "it, under tracing, with the kernel it built",
+}
+
+
 def _exempt(qualname, param) -> str | None:
+    why = EXEMPT_IN_BODY.get(f"{qualname}:{param.name}") or EXEMPT_IN_BODY.get(qualname)
+    if why:
+        return why
     for prefix, why in EXEMPT_MODULES.items():
         if qualname.startswith(prefix + "."):
             return why
