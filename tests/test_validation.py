@@ -359,7 +359,22 @@ def test_the_newest_api_is_fully_declared():
 # --- bad inputs generated from the declarations ----------------------------------------------------
 def _instances() -> list:
     return [K, SGP, CGP, VFF, psg.Gaussian(0.1), "path.npz", numpyro.optim.Adam(0.01), {}, (), az.InferenceData(),
-            psg.SphericalHarmonicFeatures(2, 2), psg.ArcCosine(order=1), ell_model]
+            psg.SphericalHarmonicFeatures(2, 2), psg.ArcCosine(order=1), ell_model] + _more_instances()
+
+
+def _more_instances() -> list:
+    """Instances the Stein and diagnostics declarations need (an MCMC object, a Stein result, a spectrum GP, a
+    prior), built once."""
+    if not _MORE:
+        from ppl_sparsegp.stein import SteinResult
+
+        _MORE.extend([numpyro.infer.MCMC(numpyro.infer.NUTS(ell_model), num_warmup=1, num_samples=1),
+                      SteinResult({"w": np.ones((2, 3, 1))}, {}, {}, np.ones(2), None, None),
+                      psg.SparseSpectrumGP(K, psg.Gaussian(0.1), num_frequencies=2, input_dim=1), ELL])
+    return _MORE
+
+
+_MORE = []
 
 
 def _example(check):
