@@ -4,10 +4,11 @@ Architecture (floors run bottom-up; a module imports only from lower floors and,
 from siblings that do not import it back, which ``tests/test_layers.py`` checks; the file list is
 ``docs/architecture.md``, which a test keeps complete):
 
+* −1: :mod:`.validation` (the declared argument checks every public callable runs: ``Annotated`` hints read
+  by ``@validated``; they import nothing of the package);
 * 0: :mod:`.numpyro_internals` (the only use of private JAX/NumPyro APIs), :mod:`.parameters` (templates: a number is
   fixed, a distribution a prior, :class:`Param` a point estimate), :mod:`.sharding` (data meshes,
-  per-device blocks), :mod:`.datasets`, :mod:`.validation` (the declared argument checks every public callable
-  runs: ``Annotated`` hints read by ``@validated``);
+  per-device blocks), :mod:`.datasets`;
 * 1: :mod:`.linalg` (structured PSD operators), :mod:`.grid`, :mod:`.likelihoods`, :mod:`.covariances`
   (the ``Kuu``/``Kuf``/``conditional``/``sufficient_statistics`` dispatchers);
 * 2: :mod:`.kernels` (stationary, periodic, zonal and sphere kernels, sums and products),

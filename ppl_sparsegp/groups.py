@@ -45,23 +45,48 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from .kernels import check_inputs
+from .validation import (
+    AnyOf,
+    ArrayOf,
+    Count,
+    Flag,
+    InstanceOf,
+    Integer,
+    NonNegativeInt,
+    OneOf,
+    OrNone,
+    Positive,
+    SequenceOf,
+    validated,
+)
 
 __all__ = ["Group", "Transformation", "ProductGroup", "Negation", "Rotation", "ImageFlip", "ImageShift",
            "LongitudeRotation", "multi_negation", "coordinate_negation",
            "principal_axes_negation", "real_dft_weights"]
 
 
-def real_dft_weights(order: int) -> np.ndarray:
+#: the declared hints of the ways' fields (module docstring: the orders, image shapes, axes)
+_ORDER = Annotated[int, Integer(2)]
+_SHAPE = Annotated[Any, SequenceOf(Integer(1), min_len=2)]
+_IMAGE_AXIS = Annotated[int, OneOf(0, 1)]
+_FRAME = ArrayOf(rank=(1, 2))
+#: inputs (..., D) of a group's action: numbers, read for their shape only (a device array is not copied)
+_POINTS = Annotated[Any, ArrayOf(read=False)]
+
+
+@validated
+def real_dft_weights(order: Annotated[int, Integer(1)]) -> np.ndarray:
     r"""Real-paired DFT weights of one T-cyclic way, shape (⌊T/2⌋+1, T).
 
     :math:`w_t(s) = c_t\cos(2\pi t s/T)/T` with :math:`c_t = 1` for t = 0 or t = T/2, else 2 [1, §3.4].
 
-    :param order: T, the order of the way (converted with ``int``).
+    :param order: T >= 1, the order of the way (an integer).
     :returns: W, a float64 array (⌊T/2⌋+1, T): row t holds :math:`w_t(s)` for s = 0..T−1.
     """
     T = int(order)
@@ -130,15 +155,19 @@ class Group:
         """The multi-indices s of the group elements, in C order."""
         return list(itertools.product(*[range(T) for T in self.orders]))
 
-    def apply(self, X, s):
-        """:math:`G^{\\mathbf s}\\mathbf x` for a multi-index s (one int per way), X of shape (..., D)."""
+    @validated
+    def apply(self, X: _POINTS, s: Annotated[Any, SequenceOf(Integer(), min_len=0)]):
+        """:math:`G^{\\mathbf s}\\mathbf x` for a multi-index s (one int per way), X of shape (..., D).
+
+        :raises ValueError: when s does not have one entry per way."""
         if len(s) != len(self.ways):
             raise ValueError(f"s must have {len(self.ways)} entries, got {s!r}")
         for way, sj in zip(self.ways, s):
             X = way.power(X, int(sj))
         return X
 
-    def orbit(self, X):
+    @validated
+    def orbit(self, X: _POINTS):
         """All :math:`G^{\\mathbf s}X`, stacked: shape ``(T̃, *X.shape)``, s in C order."""
         xp = _xp(X)
         X = xp.asarray(X)
@@ -148,7 +177,8 @@ class Group:
             out = out.reshape((-1,) + X.shape)
         return out
 
-    def check(self, input_dim: int, scale: float = 1.0):
+    @validated
+    def check(self, input_dim: Count, scale: Positive = 1.0):
         r"""Check on a random probe that every way acts on D inputs and is cyclic of its order, that the
         ways commute, and that the T̃ elements :math:`G^{\mathbf s}` are distinct (no way repeats another,
         every order is minimal); raise ``ValueError`` otherwise."""
@@ -170,7 +200,8 @@ class Group:
                 if not np.allclose(a, b, atol=1e-8 * max(scale, 1.0)):
                     raise ValueError(f"the ways {way!r} and {other!r} do not commute")
 
-    def coordinate_sign_flips(self, input_dim: int) -> bool:
+    @validated
+    def coordinate_sign_flips(self, input_dim: Count) -> bool:
         r"""True when every way only flips the signs of some input coordinates (:math:`G = \mathrm{diag}(\pm
         1)` on D inputs), checked on a random probe.
 
@@ -237,6 +268,7 @@ class Transformation(Group):
         object.__setattr__(self, "order", int(self.order))
 
 
+@validated
 @dataclass(frozen=True)
 class ProductGroup(Group):
     """The product of commuting ways; ``ways`` is a tuple of :class:`Transformation`.
@@ -249,7 +281,7 @@ class ProductGroup(Group):
     :raises ValueError: when a member is not a :class:`Group`, or there is no way at all.
     """
 
-    members: tuple
+    members: Annotated[tuple, SequenceOf(InstanceOf(Group, what="a group (a way or a product)"))]
 
     def __post_init__(self):
         flat = []
@@ -266,6 +298,7 @@ class ProductGroup(Group):
         return self.members
 
 
+@validated
 @dataclass(frozen=True)
 class Negation(Transformation):
     r"""Negation (T = 2): :math:`\mathbf x\mapsto-\mathbf x`, or, with orthonormal ``directions`` U
@@ -279,8 +312,8 @@ class Negation(Transformation):
         (D,) or (D, k) with 1 <= k <= D.
     """
 
-    directions: tuple | None = None
-    order: int = 2
+    directions: Annotated[tuple | None, OrNone(_FRAME)] = None
+    order: Annotated[int, OneOf(2)] = 2
 
     def __post_init__(self):
         if self.order != 2:
@@ -310,9 +343,14 @@ class Negation(Transformation):
         return f"Negation(directions={k})"
 
 
-def multi_negation(directions) -> ProductGroup:
+@validated
+def multi_negation(directions: Annotated[Any, AnyOf(_FRAME, SequenceOf(ArrayOf(rank=2)))]) -> ProductGroup:
     """J-way negation along the orthonormal columns of ``directions`` (D, J), or along J subspaces given
-    as a sequence of (D, k_j) blocks with mutually orthogonal columns: :math:`2^J` sub-kernels."""
+    as a sequence of (D, k_j) blocks with mutually orthogonal columns: :math:`2^J` sub-kernels.
+
+    :param directions: a (D,) or (D, J) array of orthonormal columns, or a list of (D, k_j) blocks.
+    :returns: a :class:`ProductGroup` of J :class:`Negation` ways.
+    :raises ValueError: for columns that are not orthonormal (the blocks together)."""
     if isinstance(directions, (list, tuple)) and len(directions) and np.ndim(directions[0]) == 2:
         blocks = [np.asarray(b, dtype=np.float64) for b in directions]
         _as_frame(np.concatenate(blocks, axis=1), "directions (all blocks together)")
@@ -324,7 +362,8 @@ def multi_negation(directions) -> ProductGroup:
     return ProductGroup(tuple(Negation(b) for b in blocks))
 
 
-def coordinate_negation(input_dim: int, axes) -> ProductGroup:
+@validated
+def coordinate_negation(input_dim: Count, axes: Annotated[Any, SequenceOf(NonNegativeInt())]) -> ProductGroup:
     """J-way negation of the coordinate axes ``axes`` (ints): :math:`x_a \\mapsto -x_a` separately.
 
     :param input_dim: D, the input dimension (the directions are columns of the D × D identity).
@@ -338,7 +377,9 @@ def coordinate_negation(input_dim: int, axes) -> ProductGroup:
     return multi_negation(np.eye(input_dim)[:, list(axes)])
 
 
-def principal_axes_negation(X, num_ways: int, *, split: bool = False) -> ProductGroup:
+@validated
+def principal_axes_negation(X: Annotated[Any, ArrayOf(rank=2)], num_ways: Count, *,
+                            split: Flag = False) -> ProductGroup:
     """J-way negation along the principal axes of the (centred) inputs X (N, D).
 
     The principal directions are the eigenvectors of the sample covariance of X, by decreasing
@@ -363,6 +404,7 @@ def principal_axes_negation(X, num_ways: int, *, split: bool = False) -> Product
     return multi_negation([U[:, j::num_ways] for j in range(num_ways)])
 
 
+@validated
 @dataclass(frozen=True)
 class Rotation(Transformation):
     r"""Rotation by :math:`2\pi/T` in the plane of two orthonormal directions (u, v):
@@ -373,8 +415,8 @@ class Rotation(Transformation):
     :param plane: a pair of coordinate indices (i, j), or a (D, 2) array with orthonormal columns.
     """
 
-    order: int
-    plane: tuple = (0, 1)
+    order: _ORDER
+    plane: Annotated[tuple, AnyOf(SequenceOf(NonNegativeInt(), length=2), _FRAME)] = (0, 1)
 
     def __post_init__(self):
         self._check_order()
@@ -452,6 +494,7 @@ def _check_shape(shape):
     return shape
 
 
+@validated
 @dataclass(frozen=True)
 class ImageFlip(_Permutation):
     """Flip of flattened ``h×w×c`` images (C order): ``axis=0`` up–down, ``axis=1`` left–right (T = 2).
@@ -460,9 +503,9 @@ class ImageFlip(_Permutation):
     :param axis: 0 or 1.
     """
 
-    shape: tuple
-    axis: int = 1
-    order: int = 2
+    shape: _SHAPE
+    axis: _IMAGE_AXIS = 1
+    order: Annotated[int, OneOf(2)] = 2
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _check_shape(self.shape))
@@ -475,6 +518,7 @@ class ImageFlip(_Permutation):
         return np.flip(np.arange(math.prod(self.shape)).reshape(self.shape), axis=self.axis).ravel()
 
 
+@validated
 @dataclass(frozen=True)
 class ImageShift(_Permutation):
     """Cyclic shift of flattened ``h×w×c`` images by ``step`` pixels along ``axis`` (0: down, 1: right),
@@ -489,10 +533,10 @@ class ImageShift(_Permutation):
         int or is a multiple of the axis length.
     """
 
-    shape: tuple
-    axis: int = 1
-    step: int = 1
-    order: int = 0
+    shape: _SHAPE
+    axis: _IMAGE_AXIS = 1
+    step: Annotated[int, Integer()] = 1
+    order: Annotated[int, Integer(0)] = 0
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _check_shape(self.shape))
@@ -507,6 +551,7 @@ class ImageShift(_Permutation):
         return np.roll(np.arange(math.prod(self.shape)).reshape(self.shape), self.step, axis=self.axis).ravel()
 
 
+@validated
 @dataclass(frozen=True)
 class LongitudeRotation(Transformation):
     r"""Rotation in longitude: :math:`(\lambda,\varphi)\mapsto(\lambda + 360°/T,\ \varphi)`, wrapped to
@@ -517,8 +562,8 @@ class LongitudeRotation(Transformation):
     :param lon_index: the column holding the longitude (the latitude is the next one).
     """
 
-    order: int
-    lon_index: int = 0
+    order: _ORDER
+    lon_index: Annotated[int, NonNegativeInt()] = 0
 
     def __post_init__(self):
         self._check_order()

@@ -55,13 +55,36 @@ References:
 from __future__ import annotations
 
 import os
+from typing import Annotated, Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .validation import (
+    ArrayOf,
+    Boolean,
+    Count,
+    InstanceOf,
+    IsCallable,
+    Key,
+    NonNegativeInt,
+    OrNone,
+    PositiveInt,
+    SequenceOf,
+    validated,
+)
+
+# is_distributed and local_blocks are not listed: the approximations' input checks use them on arrays they
+# already validated (they are no user's entry point)
 __all__ = ["DATA_AXIS", "data_mesh", "shard_data", "process_rows", "map_rows", "find_data_mesh",
-           "initialize_distributed", "is_distributed", "local_blocks", "LAUNCHER_ENV"]
+           "initialize_distributed", "LAUNCHER_ENV"]
+
+#: the name of a mesh axis
+_AXIS = Annotated[str, InstanceOf(str, what="a mesh axis name (a string, e.g. \"data\")")]
+#: an array with rows first, read for its shape only (a distributed array cannot be read on one host)
+_ROWS = ArrayOf(read=False)
+_MESH = InstanceOf(Mesh, type(None), what="a jax.sharding.Mesh (see data_mesh()) or None (every device)")
 
 #: the name of the mesh axis the rows of the data are split over
 DATA_AXIS = "data"
@@ -75,8 +98,10 @@ LAUNCHER_ENV = ("JAX_COORDINATOR_ADDRESS", "PPL_SPARSEGP_NUM_PROCESSES", "PPL_SP
 _CLUSTER_SIZE = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
-def initialize_distributed(*, coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None, **kwargs) -> bool:
+@validated
+def initialize_distributed(*, coordinator_address: Annotated[str | None, OrNone(InstanceOf(str, what="a host:port"))]
+                           = None, num_processes: Annotated[int | None, OrNone(PositiveInt())] = None,
+                           process_id: Annotated[int | None, OrNone(NonNegativeInt())] = None, **kwargs) -> bool:
     """Join JAX's distributed runtime when this process is one of several; returns whether it did.
 
     Call it first, before anything runs on a JAX device. In order:
@@ -125,7 +150,9 @@ def _env_int(name: str, default: int | None = None) -> int:
         raise ValueError(f"environment variable {name}={value!r} must be an integer") from None
 
 
-def data_mesh(devices=None, *, axis: str = DATA_AXIS) -> Mesh:
+@validated
+def data_mesh(devices: Annotated[Any, OrNone(SequenceOf(InstanceOf("jax.Device", what="a JAX device (jax.devices())"),
+                                                        min_len=0))] = None, *, axis: _AXIS = DATA_AXIS) -> Mesh:
     """A one-dimensional mesh whose axis ``axis`` runs over ``devices`` (default ``jax.devices()``: every
     device of every process, in process order).
 
@@ -137,7 +164,9 @@ def data_mesh(devices=None, *, axis: str = DATA_AXIS) -> Mesh:
     return Mesh(np.asarray(devices, dtype=object), (axis,))
 
 
-def process_rows(n: int, *, process_id: int | None = None, num_processes: int | None = None) -> slice:
+@validated
+def process_rows(n: Count, *, process_id: Annotated[int | None, OrNone(NonNegativeInt())] = None,
+                 num_processes: Annotated[int | None, OrNone(PositiveInt())] = None) -> slice:
     """The contiguous rows ``[i n/P, (i+1) n/P)`` of an N-row data set that process i of P loads (and
     passes to :func:`shard_data`): the global row order is then the data set's.
 
@@ -164,7 +193,10 @@ def _row_sharding(mesh: Mesh, ndim: int, axis: str) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(axis, *([None] * (ndim - 1))))
 
 
-def shard_data(X, y=None, mesh: Mesh | None = None, *, axis: str = DATA_AXIS, process_local: bool | None = None):
+@validated
+def shard_data(X: Annotated[Any, _ROWS], y: Annotated[Any, OrNone(_ROWS)] = None,
+               mesh: Annotated[Mesh | None, _MESH] = None,
+               *, axis: _AXIS = DATA_AXIS, process_local: Annotated[bool | None, OrNone(Boolean())] = None):
     """Place ``X`` (N, D) and ``y`` (N,) (and any array with rows first) on ``mesh`` with their rows split
     over the axis ``axis``: device s holds rows ``[s N/S, (s+1) N/S)``. Returns ``(X, y)`` (``y`` None
     when not given).
@@ -239,7 +271,8 @@ def _same_everywhere(n_local: int, name: str):
                          f"({counts.tolist()}); load process_rows(N) rows in each")
 
 
-def find_data_mesh(*arrays, axis: str = DATA_AXIS):
+@validated
+def find_data_mesh(*arrays, axis: _AXIS = DATA_AXIS):
     """The mesh whose axis ``axis`` the arrays' rows are split over, or None.
 
     Looked up on the first array that has one: a concrete ``jax.Array``'s ``NamedSharding``, or, under
@@ -262,7 +295,9 @@ def find_data_mesh(*arrays, axis: str = DATA_AXIS):
     return None
 
 
-def map_rows(fn, *rows, rng_key=None, out_rows=0, axis: str = DATA_AXIS):
+@validated
+def map_rows(fn: Annotated[Any, IsCallable()], *rows, rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None,
+             out_rows=0, axis: _AXIS = DATA_AXIS):
     """``fn(*rows)`` computed block by block where the rows live.
 
     ``fn`` maps arrays whose leading axis is the data rows to a pytree of per-row arrays, e.g. the
@@ -282,6 +317,8 @@ def map_rows(fn, *rows, rng_key=None, out_rows=0, axis: str = DATA_AXIS):
     """
     if not rows:
         raise ValueError("map_rows: give at least one array of rows")
+    for i in jax.tree.leaves(out_rows):  # checked whether sharded or not (a pytree: judged leaf by leaf)
+        _out_axis(i, axis)
     mesh = find_data_mesh(*rows, axis=axis)
     n = np.shape(rows[0])[0] if mesh is not None else None
     call = fn if rng_key is None else (lambda *r: fn(*r, rng_key=rng_key))
@@ -294,13 +331,8 @@ def map_rows(fn, *rows, rng_key=None, out_rows=0, axis: str = DATA_AXIS):
             return fn(*blocks)
         return fn(*blocks, rng_key=jax.random.fold_in(rng_key, jax.lax.axis_index(axis)))
 
-    def spec(i):
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
-            raise ValueError(f"map_rows: out_rows must hold non-negative ints, got {i!r}")
-        return PartitionSpec(*([None] * int(i)), axis)
-
     in_specs = tuple(PartitionSpec(axis) for _ in rows)
-    out_specs = jax.tree.map(spec, out_rows)
+    out_specs = jax.tree.map(lambda i: _out_axis(i, axis), out_rows)
     mapped = jax.shard_map(block, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     if not any(isinstance(r, jax.core.Tracer) for r in rows):
         # outside jit (NumPyro's first, eager run of a model): one compiled program instead of one per
@@ -310,6 +342,14 @@ def map_rows(fn, *rows, rng_key=None, out_rows=0, axis: str = DATA_AXIS):
     # transpose would all-reduce an N/S-vector per broadcast (e.g. k(x, x) = σ² per row); their
     # cotangents are summed at the boundary instead (fn uses no collectives, so this is exact)
     return mapped(*rows)
+
+
+def _out_axis(i, axis: str) -> PartitionSpec:
+    """The output spec of a leaf of ``out_rows`` (a non-negative int: the axis that runs over the rows)."""
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
+        raise ValueError(f"map_rows: out_rows must hold non-negative ints (the output axis over the rows, e.g. 0 or "
+                         f"(1, 0)), got {i!r}")
+    return PartitionSpec(*([None] * int(i)), axis)
 
 
 def is_distributed(x) -> bool:

@@ -47,7 +47,7 @@ and a scalar kernel (:func:`fit_stein` runs it so), but SteinVI computes the att
 *sequential* scan over the P particles inside a loop over the P particles, each term a call of the
 scalar kernel: P scan iterations of O(P) work per step (R = 1000 frequencies, 2000 steps: about an hour
 on a CPU). :func:`svgd` takes the same step (tested to rounding against SteinVI's) as two dense
-products with the closed-form Gram matrix and divergence of :class:`FrequencyBlockMatrix`, one
+products with the closed-form Gram matrix and divergence of ``FrequencyBlockMatrix``, one
 function, so there is one implementation of each formula.
 
 References:
@@ -60,7 +60,7 @@ References:
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -73,9 +73,32 @@ from .features.random_fourier import SpectralDensity, sample_frequencies
 from .kernels import check_inputs
 from .numpyro_internals import SteinVIWithDivergence
 from .optim import AdamW, cyclical_annealing
+from .validation import (
+    ArrayOf,
+    Count,
+    InstanceOf,
+    Integer,
+    IsCallable,
+    Key,
+    NonNegative,
+    OneOf,
+    OrNone,
+    Positive,
+    validated,
+)
 
-__all__ = ["FrequencyRBFKernel", "FrequencyBlockMatrix", "FrequencySteinVI", "pairwise_median_sq", "AdamW",
+# FrequencyBlockMatrix is not listed: the particle kernel builds it, under tracing, inside every step (it is
+# no user's entry point; the tests import it by name)
+__all__ = ["FrequencyRBFKernel", "FrequencySteinVI", "pairwise_median_sq", "AdamW",
            "cyclical_annealing", "SteinResult", "fit_stein", "fit_msrfr", "svgd", "stein_frequencies"]
+
+#: the options the Stein runs share, declared once (checked at the public entry, never inside the steps)
+_OPTIM = Annotated[Any, OrNone(InstanceOf("numpyro.optim._NumPyroOptim",
+                                          what="a NumPyro optimiser (e.g. numpyro.optim.Adam(0.01))"))]
+_KEY = Annotated[Any, Key(allow_int=False)]
+_MAYBE_POSITIVE = Annotated[Any, OrNone(Positive.__metadata__[0])]
+_STATIONARY = InstanceOf("ppl_sparsegp.kernels.stationary.Stationary", type,
+                         what="a stationary kernel (e.g. SquaredExponential(1.0, 1.0)) or its class")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -101,7 +124,8 @@ def _kth_abs_difference(a, ks, num_iterations=64):
     return jax.vmap(one)(ks)
 
 
-def pairwise_median_sq(points):
+@validated
+def pairwise_median_sq(points: Annotated[Any, ArrayOf(rank=2)]):
     r"""Per-dimension median of :math:`(a_k - b_k)^2` over all ordered pairs of rows (self-pairs
     included), equal to ``jnp.median((P[:, None] - P[None]) ** 2, axis=(0, 1))`` but in
     :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values.
@@ -113,7 +137,11 @@ def pairwise_median_sq(points):
     :param points: P, an array (n, D) of n points (e.g. the pooled frequencies).
     :returns: an array (D,), the median for each dimension.
     """
-    points = jnp.asarray(points)
+    return _pairwise_median_sq(jnp.asarray(points))
+
+
+def _pairwise_median_sq(points):
+    """:func:`pairwise_median_sq` without the argument check (called inside every SVGD/SteinVI step)."""
     n = points.shape[0]
     ks = jnp.array([(n * n - 1) // 2, n * n // 2])
     t = jax.vmap(lambda col: _kth_abs_difference(col, ks))(points.T)  # (D, 2) order statistics of |d|
@@ -179,13 +207,14 @@ class FrequencyRBFKernel(SteinKernel):
 
     A particle is R frequencies of dimension ``input_dim`` flattened (R·D values). For R = 1 the kernel
     is scalar (``mode="norm"``: plain SVGD, e.g. SRF for a known kernel); for R > 1 it is the
-    matrix-valued :class:`FrequencyBlockMatrix` (``mode="matrix"``, M-SRFR).
+    matrix-valued ``FrequencyBlockMatrix`` (``mode="matrix"``, M-SRFR).
 
     :param input_dim: D, the dimension of one frequency.
     :param bandwidth_scale: the factor ``ls`` (default 1).
     """
 
-    def __init__(self, input_dim: int, bandwidth_scale: float = 1.0):
+    @validated
+    def __init__(self, input_dim: Count, bandwidth_scale: Positive = 1.0):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 1:
             raise ValueError(f"input_dim must be a positive int, got {input_dim!r}")
         if not bandwidth_scale > 0:
@@ -205,14 +234,14 @@ class FrequencyRBFKernel(SteinKernel):
     def mode(self):
         return "norm" if self.rows in (None, 1) else "matrix"
 
-    def bandwidth(self, particles):
+    def _bandwidth(self, particles):
         """h (D,) from all particles (P, R·D), pooled to (P·R, D)."""
         pooled = particles.reshape(-1, self.input_dim)
-        h = self.bandwidth_scale * pairwise_median_sq(pooled)
+        h = self.bandwidth_scale * _pairwise_median_sq(pooled)
         return lax.stop_gradient(jnp.maximum(h, jnp.finfo(pooled.dtype).tiny))
 
     def compute(self, rng_key, particles, particle_info, loss_fn):
-        h = self.bandwidth(particles)
+        h = self._bandwidth(particles)
 
         def base(a, b):
             return jnp.exp(-0.5 * jnp.sum((a - b) ** 2 / h))
@@ -224,7 +253,7 @@ class FrequencyRBFKernel(SteinKernel):
 
 class FrequencySteinVI(SteinVIWithDivergence):
     """:class:`numpyro.contrib.einstein.SteinVI` with the closed-form divergence of
-    :class:`FrequencyBlockMatrix` (module docstring: why); every other kernel goes to SteinVI.
+    ``FrequencyBlockMatrix`` (module docstring: why); every other kernel goes to SteinVI.
 
     Used by :func:`fit_stein` with a :class:`FrequencyRBFKernel`, :class:`AdamW`, and a point-mass guide.
 
@@ -270,10 +299,12 @@ def _site_name(param):
     return param
 
 
-def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, input_dim: int,
-              particle_param: str, lr: float = 0.1, lr_shared: float | None = None, repulsion: float = 1.0,
-              annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 0.0,
-              bandwidth_scale: float = 1.0, num_elbo_particles: int = 1, optim=None, **kwargs) -> SteinResult:
+@validated
+def fit_stein(model, guide, rng_key: _KEY, *args, num_particles: Count, num_steps: Count, input_dim: Count,
+              particle_param: Annotated[str, InstanceOf(str, what="a param name (a string)")], lr: Positive = 0.1,
+              lr_shared: _MAYBE_POSITIVE = None, repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0,
+              num_cycles: Count = 5, weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0,
+              num_elbo_particles: Count = 1, optim: _OPTIM = None, **kwargs) -> SteinResult:
     r"""SVGD through SteinVI: point-mass particles at the guide param ``particle_param`` (every other
     param, a model-level ``numpyro.param``, is shared by the particles), :class:`FrequencyRBFKernel`,
     :class:`AdamW`, loss temperature :math:`\gamma(t)/P` and repulsion temperature α (module docstring),
@@ -290,7 +321,7 @@ def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, 
     :param num_steps: T, the number of SteinVI steps (a positive int); also the length of the annealing
         schedule.
     :param input_dim: D, the dimension of one frequency: a particle (``particle_param``, flattened) holds
-        R·D values, R frequencies (R = 1: the scalar kernel, plain SVGD; R > 1: :class:`FrequencyBlockMatrix`).
+        R·D values, R frequencies (R = 1: the scalar kernel, plain SVGD; R > 1: ``FrequencyBlockMatrix``).
     :param particle_param: the name of the guide's one param, whose values are the particles (e.g.
         ``"feature_frequencies_map"``).
     :param lr: the :class:`AdamW` step size of the particles.
@@ -347,11 +378,13 @@ def fit_stein(model, guide, rng_key, *args, num_particles: int, num_steps: int, 
     return SteinResult(particles, shared, params, losses, stein, state)
 
 
-def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_steps: int = 1000,
-              lr: float = 0.1, lr_shared: float | None = None, repulsion: float = 1.0,
-              annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 1e-4,
-              likelihood_scale: float = 1.0, bandwidth_scale: float = 1.0,
-              num_elbo_particles: int = 1) -> SteinResult:
+@validated
+def fit_msrfr(gp: Annotated[Any, InstanceOf(SparseSpectrumGP, what="a SparseSpectrumGP (frequencies with a prior)")],
+              X: Annotated[Any, ArrayOf(rank=(1, 2))], y: Annotated[Any, ArrayOf(rank=1)], rng_key: _KEY, *,
+              num_particles: Count, num_steps: Count = 1000, lr: Positive = 0.1, lr_shared: _MAYBE_POSITIVE = None,
+              repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0, num_cycles: Count = 5,
+              weight_decay: NonNegative = 1e-4, likelihood_scale: Positive = 1.0, bandwidth_scale: Positive = 1.0,
+              num_elbo_particles: Count = 1) -> SteinResult:
     r"""M-SRFR [1, §4.2–4.4]: M particles :math:`\Omega_m`, target :math:`\log p(\mathbf y\mid\Omega_m)
     + \log p(\Omega_m)`, hyperparameters shared, through SteinVI (:func:`fit_stein`).
 
@@ -382,6 +415,8 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
                          f"Params, not priors (sampled sites: {sampled})")
     X = gp.feature.check_inputs(check_inputs(X, "X"))
     y = jnp.asarray(y)
+    if y.shape[0] != X.shape[0]:
+        raise ValueError(f"fit_msrfr: X has {X.shape[0]} rows but y has {y.shape[0]}; pass the targets of X")
     return fit_stein(gp.model, gp.particle_guide, rng_key, X, y, num_particles=num_particles, num_steps=num_steps,
                      input_dim=gp.feature.input_dim, particle_param="feature_frequencies_map", lr=lr,
                      lr_shared=lr_shared, repulsion=repulsion, annealing_power=annealing_power,
@@ -390,9 +425,10 @@ def fit_msrfr(gp: SparseSpectrumGP, X, y, rng_key, *, num_particles: int, num_st
                      likelihood_scale=likelihood_scale)
 
 
-def svgd(log_density, particles, *, num_steps: int, lr: float = 0.1, repulsion: float = 1.0,
-         annealing_power: float = 0.0, num_cycles: int = 5, weight_decay: float = 0.0,
-         bandwidth_scale: float = 1.0, optim=None):
+@validated
+def svgd(log_density: Annotated[Any, IsCallable()], particles: Annotated[Any, ArrayOf(rank=2)], *, num_steps: Count,
+         lr: Positive = 0.1, repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0, num_cycles: Count = 5,
+         weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0, optim: _OPTIM = None):
     r"""Plain SVGD for a target known up to a constant: the step SteinVI takes with a point-mass guide,
     :class:`FrequencyRBFKernel`, loss temperature :math:`\gamma(t)/P` and repulsion α (module
     docstring: why a separate function), vectorised:
@@ -425,7 +461,7 @@ def svgd(log_density, particles, *, num_steps: int, lr: float = 0.1, repulsion: 
     optim = AdamW(lr, weight_decay) if optim is None else optim
 
     def force(x, gamma):
-        K = FrequencyBlockMatrix(None, x, x, D, kernel.bandwidth(x))
+        K = FrequencyBlockMatrix(None, x, x, D, kernel._bandwidth(x))
         return (gamma * (K @ score(x)) + repulsion * K.divergence()).reshape(P, D) / P
 
     @jax.jit
@@ -443,10 +479,12 @@ def svgd(log_density, particles, *, num_steps: int, lr: float = 0.1, repulsion: 
     return x, norms
 
 
-def stein_frequencies(kernel, rng_key, num_frequencies: int, input_dim: int, *, num_steps: int = 2000,
-                      lr: float = 0.3, annealing_power: float = 0.5, num_cycles: int = 5,
-                      bandwidth_scale: float | None = None, weight_decay: float = 1e-4,
-                      init: str = "mc") -> jnp.ndarray:
+@validated
+def stein_frequencies(kernel: Annotated[Any, _STATIONARY], rng_key: _KEY, num_frequencies: Annotated[int, Integer(2)],
+                      input_dim: Count, *, num_steps: Count = 2000, lr: Positive = 0.3,
+                      annealing_power: NonNegative = 0.5, num_cycles: Count = 5,
+                      bandwidth_scale: _MAYBE_POSITIVE = None, weight_decay: NonNegative = 1e-4,
+                      init: Annotated[str, OneOf("mc", "qmc", "orf")] = "mc") -> jnp.ndarray:
     r"""Stein random features for a known kernel [1, §5.1]: R particles, each one frequency, moved by
     SVGD (:func:`svgd`) towards the kernel's normalised spectral density (only :math:`\nabla\log p` is
     used).

@@ -98,3 +98,24 @@ def test_unknown_name_and_split_errors():
         datasets.load_srf("nope", root=SHARED)
     with pytest.raises(ValueError, match=r"split must be an integer in 0\.\.4"):
         datasets.load_uci("protein-tertiary-structure", 5, root=SHARED)
+
+
+@needs_shared
+def test_a_misspelt_name_is_refused_with_the_closest_one():
+    """An unknown name names the closest valid one (issue 49: unknown options refused by name)."""
+    with pytest.raises(ValueError, match=r"unknown UCI data set 'concret'; did you mean 'concrete'\?"):
+        datasets.load_uci("concret", root=SHARED)
+    with pytest.raises(ValueError, match=r"unknown SRF data set 'airfol'; did you mean 'airfoil'\?"):
+        datasets.load_srf("airfol", root=SHARED)
+
+
+def test_standardise_refuses_arrays_that_do_not_match():
+    X, y = np.arange(12.0).reshape(6, 2), np.arange(6.0)
+    with pytest.raises(ValueError, match="X_train and y_train must have the same number of rows, got 6 and 5"):
+        datasets.standardise(X, y[:5], X)
+    with pytest.raises(ValueError, match="X_train and X_test must have the same number of columns, got 2 and 1"):
+        datasets.standardise(X, y, X[:, :1])
+    with pytest.raises(ValueError, match="y_train is constant"):
+        datasets.standardise(X, np.ones(6), X)
+    with pytest.raises(ValueError, match="x_scaling must be one of 'standard', 'minmax'.*did you mean 'minmax'"):
+        datasets.standardise(X, y, X, x_scaling="minmx")

@@ -299,9 +299,25 @@ EXEMPT_PARAMETERS = {
 }
 
 
+#: parameters judged in the body (against each other, or a structure no declaration states), by
+#: "qualified name:parameter" (or the qualified name alone: each of its parameters), with the reason
+EXEMPT_IN_BODY = {
+    "ppl_sparsegp.sharding.map_rows:out_rows": "a pytree of ints shaped like fn's output (a prefix of it): each leaf "
+                                               "is judged in the body, before fn runs (map_rows: out_rows must hold "
+                                               "non-negative ints)",
+    "ppl_sparsegp.stein.FrequencyRBFKernel.compute": "SteinKernel protocol: SteinVI calls it, under tracing, with its "
+                                                     "own particles and loss",
+    "ppl_sparsegp.stein.FrequencySteinVI.kernel_divergence": "a hook of SteinVIWithDivergence: SteinVI's update calls "
+                                                              "it, under tracing, with the kernel it built",
+}
+
+
 def _exempt(qualname, param) -> str | None:
     if qualname in EXEMPT_BUILT_BY_THE_LIBRARY:
         return EXEMPT_BUILT_BY_THE_LIBRARY[qualname]
+    why = EXEMPT_IN_BODY.get(f"{qualname}:{param.name}") or EXEMPT_IN_BODY.get(qualname)
+    if why:
+        return why
     for prefix, why in EXEMPT_MODULES.items():
         if qualname.startswith(prefix + "."):
             return why
@@ -368,7 +384,22 @@ def _statistics():
 def _instances() -> list:
     return [K, SGP, CGP, VFF, psg.Gaussian(0.1), "path.npz", numpyro.optim.Adam(0.01), {}, (), az.InferenceData(),
             psg.SphericalHarmonicFeatures(2, 2), psg.ArcCosine(order=1), ell_model, psg.linalg.Identity(3),
-            _statistics()]
+            _statistics()] + _more_instances()
+
+
+def _more_instances() -> list:
+    """Instances the Stein and diagnostics declarations need (an MCMC object, a Stein result, a spectrum GP, a
+    prior), built once."""
+    if not _MORE:
+        from ppl_sparsegp.stein import SteinResult
+
+        _MORE.extend([numpyro.infer.MCMC(numpyro.infer.NUTS(ell_model), num_warmup=1, num_samples=1),
+                      SteinResult({"w": np.ones((2, 3, 1))}, {}, {}, np.ones(2), None, None),
+                      psg.SparseSpectrumGP(K, psg.Gaussian(0.1), num_frequencies=2, input_dim=1), ELL])
+    return _MORE
+
+
+_MORE = []
 
 
 def _example(check):

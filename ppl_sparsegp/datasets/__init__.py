@@ -21,17 +21,24 @@ References:
 """
 from __future__ import annotations
 
+import difflib
 import os
 from importlib import resources
 from pathlib import Path
-from typing import NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
+
+from ..validation import ArrayOf, Flag, InstanceOf, NonNegativeInt, OneOf, OrNone, validated
 
 __all__ = ["ENV_VAR", "SolarData", "UCISplit", "load_solar", "load_pines", "load_banana", "data_dir",
            "uci_names", "srf_names", "load_uci", "load_srf", "Standardised", "standardise"]
 
 ENV_VAR = "PPL_SPARSEGP_DATA"
+
+#: a data directory argument: None (the default resolution of :func:`data_dir`) or a path
+_ROOT = OrNone(InstanceOf(str, os.PathLike, what="a folder (a str or an os.PathLike)"))
+_NAME = InstanceOf(str, what="a data set name (a string)")
 
 
 # --- bundled ----------------------------------------------------------------------------------------
@@ -80,12 +87,15 @@ def _default_dir() -> Path:
     return repo_root.parent / "shared" / "data"
 
 
-def data_dir(path=None) -> Path:
+@validated
+def data_dir(path: Annotated[Any, _ROOT] = None) -> Path:
     """The directory of the larger data sets.
 
     Resolution order: ``path`` if given, else the environment variable ``PPL_SPARSEGP_DATA``, else
     ``../shared/data`` relative to the repository root.
 
+    :param path: the folder (a str or an os.PathLike), or None.
+    :returns: the folder, a :class:`pathlib.Path`.
     :raises FileNotFoundError: naming the directory tried and the environment variable.
     """
     if path is not None:
@@ -109,7 +119,8 @@ def _names(folder: Path, suffix: str = "") -> list:
                   and p.name.endswith(suffix))
 
 
-def uci_names(root=None) -> list:
+@validated
+def uci_names(root: Annotated[Any, _ROOT] = None) -> list:
     """The UCI benchmark names available in the data directory.
 
     :param root: the data directory (default: :func:`data_dir`'s: ``PPL_SPARSEGP_DATA`` or ``../shared/data``).
@@ -118,7 +129,8 @@ def uci_names(root=None) -> list:
     return _names(data_dir(root) / "uci")
 
 
-def srf_names(root=None) -> list:
+@validated
+def srf_names(root: Annotated[Any, _ROOT] = None) -> list:
     """The SRF data set names available in the data directory.
 
     :param root: the data directory (default: :func:`data_dir`'s).
@@ -140,7 +152,9 @@ def _read_index(path: Path) -> np.ndarray:
     return np.atleast_1d(np.loadtxt(path, dtype=np.int64))
 
 
-def load_uci(name: str, split: int = 0, *, root=None) -> UCISplit:
+@validated
+def load_uci(name: Annotated[str, _NAME], split: Annotated[int, NonNegativeInt()] = 0, *,
+             root: Annotated[Any, _ROOT] = None) -> UCISplit:
     """A UCI regression benchmark with its ``split``-th fixed train/test split.
 
     Reads ``uci/<name>/data.txt`` (whitespace separated), the feature and target columns from
@@ -150,12 +164,16 @@ def load_uci(name: str, split: int = 0, *, root=None) -> UCISplit:
     :param name: e.g. ``"concrete"``, ``"energy"``, ``"kin8nm"``, ``"yacht"`` (see :func:`uci_names`).
     :param split: split number in ``0 .. n_splits - 1``.
     :param root: data directory (default :func:`data_dir`).
+    :returns: a :class:`UCISplit` ``(X_train, y_train, X_test, y_test)``.
+    :raises ValueError: for a name with no ``uci/<name>/`` folder (the message names the closest one and
+        lists the available ones) or a split outside ``0 .. n_splits - 1``.
+    :raises FileNotFoundError: when the data directory does not exist.
     """
     folder = data_dir(root) / "uci" / name
     if not folder.is_dir():
-        raise ValueError(f"unknown UCI data set {name!r}; available: {', '.join(uci_names(root))}")
+        raise ValueError(_unknown("UCI", name, uci_names(root)))
     n_splits = int(np.loadtxt(folder / "n_splits.txt"))
-    if not isinstance(split, (int, np.integer)) or not 0 <= split < n_splits:
+    if not split < n_splits:
         raise ValueError(f"split must be an integer in 0..{n_splits - 1} for {name!r}, got {split!r}")
     data = np.loadtxt(folder / "data.txt", ndmin=2)
     features = _read_index(folder / "index_features.txt")
@@ -166,11 +184,19 @@ def load_uci(name: str, split: int = 0, *, root=None) -> UCISplit:
     return UCISplit(X[train], y[train], X[test], y[test])
 
 
+def _unknown(kind: str, name: str, names: list) -> str:
+    """The message for an unknown data set name: the closest valid one, then every one."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown {kind} data set {name!r}; {hint}available: {', '.join(names) or 'none (empty folder)'}"
+
+
 # SRF sets whose target is not simply the last column: name -> (target column, dropped columns)
 _SRF_TARGETS = {"energy": ("heating_load", ("cooling_load",))}
 
 
-def load_srf(name: str, *, root=None, return_names: bool = False):
+@validated
+def load_srf(name: Annotated[str, _NAME], *, root: Annotated[Any, _ROOT] = None, return_names: Flag = False):
     """A UCI set as used by the Stein random features paper (``srf/<name>.csv``, header row).
 
     The target is the last column, except for ``energy``: ``heating_load``, with ``cooling_load``
@@ -187,7 +213,7 @@ def load_srf(name: str, *, root=None, return_names: bool = False):
     """
     path = data_dir(root) / "srf" / f"{name}.csv"
     if not path.is_file():
-        raise ValueError(f"unknown SRF data set {name!r}; available: {', '.join(srf_names(root))}")
+        raise ValueError(_unknown("SRF", name, srf_names(root)))
     with open(path) as fh:
         header = fh.readline().strip().split(",")
     data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
@@ -201,6 +227,14 @@ def load_srf(name: str, *, root=None, return_names: bool = False):
 
 
 # --- scaling ----------------------------------------------------------------------------------------
+_MATRIX = Annotated[Any, ArrayOf(rank=2)]
+_VECTOR = Annotated[Any, ArrayOf(rank=1)]
+
+
+def _same_size(a: str, m: int, b: str, n: int, what: str):
+    if m != n:
+        raise ValueError(f"standardise: {a} and {b} must have the same number of {what}, got {m} and {n}")
+
 class Standardised(NamedTuple):
     """A split scaled by :func:`standardise`; ``y_test`` is None when none was given. ``scaler`` holds
     ``x_shift``, ``x_scale`` (D,) and the floats ``y_mean``, ``y_sd``: a prediction with mean m and
@@ -213,14 +247,27 @@ class Standardised(NamedTuple):
     scaler: dict
 
 
-def standardise(X_train, y_train, X_test, y_test=None, *, x_scaling: str = "standard") -> Standardised:
+@validated
+def standardise(X_train: _MATRIX, y_train: _VECTOR, X_test: _MATRIX,
+                y_test: Annotated[Any, OrNone(ArrayOf(rank=1))] = None, *,
+                x_scaling: Annotated[str, OneOf("standard", "minmax")] = "standard") -> Standardised:
     """Scale inputs and targets with the *training* statistics only (applied unchanged to the test set).
 
+    :param X_train: training inputs (N, D); ``y_train``: training targets (N,).
+    :param X_test: test inputs (N*, D); ``y_test``: test targets (N*,) or None.
     :param x_scaling: ``"standard"``: (X − mean) / sd per column; ``"minmax"``: (X − min) / (max − min),
         training inputs in [0, 1]. A constant column gets scale 1. Targets: (y − mean) / sd.
     :returns: :class:`Standardised` ``(X_train, y_train, X_test, y_test, scaler)``.
+    :raises ValueError: for arrays of other ranks, non-finite values, or rows or columns that do not match
+        (the message names the two arrays).
     """
     X_train, y_train, X_test = np.asarray(X_train), np.asarray(y_train), np.asarray(X_test)
+    _same_size("X_train", X_train.shape[0], "y_train", y_train.shape[0], "rows")
+    _same_size("X_train", X_train.shape[1], "X_test", X_test.shape[1], "columns")
+    if y_test is not None:
+        _same_size("X_test", X_test.shape[0], "y_test", np.shape(y_test)[0], "rows")
+    if X_train.shape[0] < 2:
+        raise ValueError(f"standardise: X_train needs at least 2 rows to scale by, got {X_train.shape[0]}")
     if x_scaling == "standard":
         shift, scale = X_train.mean(0), X_train.std(0)
     elif x_scaling == "minmax":
@@ -229,6 +276,8 @@ def standardise(X_train, y_train, X_test, y_test=None, *, x_scaling: str = "stan
         raise ValueError(f"x_scaling must be 'standard' or 'minmax', got {x_scaling!r}")
     scale = np.where(scale > 0, scale, 1.0)
     y_mean, y_sd = y_train.mean(), y_train.std()
+    if not y_sd > 0:
+        raise ValueError("standardise: y_train is constant (sd 0): the targets cannot be scaled; check the data")
     scaled_test = None if y_test is None else (np.asarray(y_test) - y_mean) / y_sd
     return Standardised((X_train - shift) / scale, (y_train - y_mean) / y_sd, (X_test - shift) / scale, scaled_test,
                         {"x_shift": shift, "x_scale": scale, "y_mean": float(y_mean), "y_sd": float(y_sd)})

@@ -25,13 +25,38 @@ from numpyro.infer import Predictive, log_likelihood as _numpyro_log_likelihood
 
 from ..grid import Grid
 from ..numpyro_internals import mcmc_run_arguments
-from ..validation import Count, Flag, InstanceOf, Key, MaybeCount, OrNone, validated
+from ..validation import (
+    AnyOf,
+    ArrayOf,
+    Count,
+    Flag,
+    InstanceOf,
+    IsCallable,
+    Key,
+    MaybeCount,
+    OrNone,
+    validated,
+    with_fix,
+)
 from ._arviz import _quiet_arviz, az
 from .traces import model_trace
 
 __all__ = ["from_samples", "from_mcmc", "from_svi", "MAX_POINTWISE", "SVI_GROUP"]
 
 SVI_GROUP = "svi"
+
+#: the declared hints of the builders' shared arguments
+_APPROXIMATION = InstanceOf("ppl_sparsegp.approximations.base.GPModel",
+                            what="an approximation (SparseGP, CollapsedGP, SparseSpectrumGP, ...)")
+_GP = Annotated[Any, _APPROXIMATION]
+_INPUTS = AnyOf(ArrayOf(rank=(1, 2)), InstanceOf(Grid))
+_TARGETS = ArrayOf(rank=(1, 2))
+_DICT = Annotated[dict | None, OrNone(InstanceOf(dict))]
+_KEY = Annotated[Any, OrNone(Key(allow_int=False))]
+_MCMC = with_fix(InstanceOf("numpyro.infer.MCMC", what="the numpyro.infer.MCMC object after mcmc.run(...)"),
+                 "for a dict of draws use from_samples(gp, X, y, samples)")
+_GP_OR_MODEL = AnyOf(_APPROXIMATION, IsCallable())
+_GP_OR_MODEL.allowed = "an approximation (SparseGP, CollapsedGP, ...) or the NumPyro model function that was sampled"
 
 # NumPyro extra field -> (ArviZ sample_stats name, transform)
 _SAMPLE_STATS = {
@@ -59,9 +84,12 @@ def _model_inputs(X):
     return X, X.shape[0]  # a Grid's shape is that of its points, without forming them
 
 
-def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=None, coords=None,
-                 dims=None, predictive=True, log_likelihood=True, rng_key=None,
-                 attrs=None, _pointwise=None) -> az.InferenceData:
+@validated
+def from_samples(gp: _GP, X: Annotated[Any, _INPUTS], y: Annotated[Any, _TARGETS],
+                 samples: Annotated[dict, InstanceOf(dict, what="draws {site: array (chain, draw, ...)}")], *,
+                 sample_stats: _DICT = None, model_kwargs: _DICT = None, coords: _DICT = None, dims: _DICT = None,
+                 predictive: Flag = True, log_likelihood: Flag = True, rng_key: _KEY = None,
+                 attrs: _DICT = None) -> az.InferenceData:
     """InferenceData from posterior draws ``{site: array (chain, draw, ...)}`` of ``gp.model``'s sites.
 
     The common builder of :func:`from_mcmc` and :func:`from_svi`; use it directly for other engines
@@ -77,7 +105,22 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     :param predictive: add ``posterior_predictive``; ``log_likelihood``: add ``log_likelihood``.
     :param rng_key: key for the posterior predictive draws (default ``PRNGKey(0)``).
     :returns: an :class:`arviz.InferenceData`.
+    :raises ValueError: when the sites do not all hold (chain, draw) axes of the same sizes, or y does not
+        have X's rows.
     """
+    counts = {k: tuple(np.shape(v)[:2]) for k, v in samples.items()}
+    if not samples or len(set(counts.values())) > 1 or any(len(c) < 2 for c in counts.values()):
+        raise ValueError(f"from_samples: samples must hold (chain, draw, ...) arrays of the same chains and draws at "
+                         f"every site, got {counts}; add a chain axis with v[None] (mcmc.get_samples("
+                         f"group_by_chain=True))")
+    return _from_samples(gp, X, y, samples, sample_stats=sample_stats, model_kwargs=model_kwargs, coords=coords,
+                         dims=dims, predictive=predictive, log_likelihood=log_likelihood, rng_key=rng_key, attrs=attrs)
+
+
+def _from_samples(gp, X, y, samples, *, sample_stats=None, model_kwargs=None, coords=None, dims=None,
+                  predictive=True, log_likelihood=True, rng_key=None, attrs=None, pointwise=None):
+    """:func:`from_samples` without the argument checks, and with ``pointwise``: ``(draws, groups)`` computed
+    by the caller for a subset of the draws (:func:`from_svi`, :func:`from_mcmc` at large N)."""
     X, N = _model_inputs(X)
     points, y = (X.points() if isinstance(X, Grid) else X), jnp.asarray(y)  # the groups store points
     rng_key = jax.random.PRNGKey(0) if rng_key is None else rng_key
@@ -92,8 +135,8 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
               "observed_data": {"y": np.asarray(y)}, "constant_data": {"X": np.asarray(points)}}
     if sample_stats:
         groups["sample_stats"] = sample_stats
-    if _pointwise is not None:  # from_svi: computed for a subset of the draws (``draw`` coordinates below)
-        pointwise_draws, computed = _pointwise
+    if pointwise is not None:  # from_svi: computed for a subset of the draws (``draw`` coordinates below)
+        pointwise_draws, computed = pointwise
         groups.update({name: group for name, group in computed.items() if group})
         log_likelihood = predictive = False
     if log_likelihood and gp.pointwise_likelihood:
@@ -112,7 +155,7 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
     base_attrs.update(attrs or {})
     idata = az.from_dict(**groups, coords=coords, dims=all_dims, attrs=base_attrs)
     idata.posterior.attrs.update(base_attrs)  # from_dict puts attrs on the data groups only
-    if _pointwise is not None:  # the draws of a thinned group are labelled by the posterior draws they are of
+    if pointwise is not None:  # the draws of a thinned group are labelled by the posterior draws they are of
         for name in ("log_likelihood", "posterior_predictive"):
             if name in idata.groups():
                 setattr(idata, name, getattr(idata, name).assign_coords(draw=pointwise_draws))
@@ -120,11 +163,10 @@ def from_samples(gp, X, y, samples: dict, *, sample_stats=None, model_kwargs=Non
 
 
 @validated
-def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
-              coords: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
-              dims: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, predictive: Flag = True,
-              log_likelihood: Flag = True, rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None,
-              max_pointwise: MaybeCount = None) -> az.InferenceData:
+def from_mcmc(mcmc: Annotated[Any, _MCMC], gp: Annotated[Any, _GP_OR_MODEL],
+              X: Annotated[Any, OrNone(_INPUTS)] = None, y: Annotated[Any, OrNone(_TARGETS)] = None, *,
+              model_kwargs: _DICT = None, coords: _DICT = None, dims: _DICT = None, predictive: Flag = True,
+              log_likelihood: Flag = True, rng_key: _KEY = None, max_pointwise: MaybeCount = None) -> az.InferenceData:
     """InferenceData from a finished :class:`numpyro.infer.MCMC` run of ``gp.model``.
 
     ``sample_stats`` holds whatever extra fields the run collected (pass e.g.
@@ -192,9 +234,9 @@ def from_mcmc(mcmc, gp, X=None, y=None, *, model_kwargs: Annotated[dict | None, 
         computed = {group: {k: v.reshape((C, len(which)) + v.shape[2:]) for k, v in values.items()}
                     for group, values in computed.items()}
         pointwise, attrs["pointwise_draws"] = (which, computed), int(len(which))
-    return from_samples(gp, X, y, samples, sample_stats=stats, model_kwargs=model_kwargs,
-                        coords=coords, dims=dims, predictive=predictive, log_likelihood=log_likelihood,
-                        rng_key=rng_key, attrs=attrs, _pointwise=pointwise)
+    return _from_samples(gp, X, y, samples, sample_stats=stats, model_kwargs=model_kwargs,
+                         coords=coords, dims=dims, predictive=predictive, log_likelihood=log_likelihood,
+                         rng_key=rng_key, attrs=attrs, pointwise=pointwise)
 
 
 def _from_user_model(mcmc, coords, dims, log_likelihood, max_pointwise):
@@ -316,7 +358,9 @@ _BLOCK_VALUES = 4_000_000
 
 
 @validated
-def from_svi(svi_result_or_params, gp, X, y, *, num_samples: Count = 1000,
+def from_svi(svi_result_or_params: Annotated[Any, InstanceOf(dict, "numpyro.infer.svi.SVIRunResult",
+                                                              what="svi.run(...)'s result or its params dict")],
+             gp: _GP, X: Annotated[Any, _INPUTS], y: Annotated[Any, _TARGETS], *, num_samples: Count = 1000,
              model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
              coords: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
              dims: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, predictive: Flag = True,
@@ -374,10 +418,10 @@ def from_svi(svi_result_or_params, gp, X, y, *, num_samples: Count = 1000,
     which = _pointwise_draws(num_samples, N, max_pointwise)
     computed = _pointwise_groups(gp, Xm, jnp.asarray(y), draws, which, kw, key_pred,
                                  log_likelihood=log_likelihood and gp.pointwise_likelihood, predictive=predictive)
-    idata = from_samples(gp, X, y, samples, model_kwargs=model_kwargs, coords=coords, dims=dims,
-                         attrs={"inference": "svi", "num_steps": 0 if losses is None else int(len(losses)),
-                                "pointwise_draws": int(len(which))},
-                         _pointwise=(which, computed))
+    idata = _from_samples(gp, X, y, samples, model_kwargs=model_kwargs, coords=coords, dims=dims,
+                          attrs={"inference": "svi", "num_steps": 0 if losses is None else int(len(losses)),
+                                 "pointwise_draws": int(len(which))},
+                          pointwise=(which, computed))
     group = {k: xr.DataArray(np.asarray(v), dims=[f"{k}_dim_{i}" for i in range(np.ndim(v))])
              for k, v in params.items()}
     if losses is not None:

@@ -1,16 +1,25 @@
 """Stein particle results: an InferenceData of the particles and their convergence and diversity."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..validation import ArrayOf, InstanceOf, OrNone, validated
 from ._arviz import az
 
 __all__ = ["stein_inference_data", "stein_diagnostics"]
 
 
-def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
+@validated
+def stein_inference_data(result: Annotated[Any, InstanceOf("ppl_sparsegp.stein.SteinResult",
+                                                           what="a SteinResult (fit_msrfr, fit_stein)")],
+                         gp: Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.approximations.spectrum.SparseSpectrumGP"))]
+                         = None, X: Annotated[Any, OrNone(ArrayOf(rank=(1, 2)))] = None,
+                         y: Annotated[Any, OrNone(ArrayOf(rank=1))] = None, *,
+                         attrs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None):
     """ArviZ InferenceData of a Stein particle posterior (a :class:`~ppl_sparsegp.stein.SteinResult`).
 
     ``posterior``: particle sites with dims ``(chain=1, draw=1, particle, ...)`` (frequencies:
@@ -22,8 +31,15 @@ def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
 
     :param result: a :class:`~ppl_sparsegp.stein.SteinResult`.
     :param gp: optionally the :class:`~ppl_sparsegp.SparseSpectrumGP`; ``X``, ``y`` its training data.
+    :param attrs: stored on the posterior group.
     :returns: an :class:`arviz.InferenceData`.
+    :raises ValueError: when only some of gp, X and y are given (the per-particle evidence needs all three).
     """
+    given = [n for n, v in (("gp", gp), ("X", X), ("y", y)) if v is not None]
+    if given and len(given) < 3:
+        raise ValueError(f"stein_inference_data: gp, X and y go together (the per-particle log marginal likelihood "
+                         f"needs all three), got only {', '.join(given)}")
+
     def named_dims(name, value, particle):
         lead = ["particle"] if particle else []
         rest = list(jnp.shape(value))[1 if particle else 0:]
@@ -52,7 +68,11 @@ def stein_inference_data(result, gp=None, X=None, y=None, *, attrs=None):
     return idata
 
 
-def stein_diagnostics(idata, site: str = "feature_frequencies") -> dict:
+@validated
+def stein_diagnostics(idata: Annotated[Any, InstanceOf("arviz.InferenceData", what="an arviz.InferenceData (from "
+                                                                                   "stein_inference_data)")],
+                      site: Annotated[str, InstanceOf(str, what="a site name (a string)")] = "feature_frequencies"
+                      ) -> dict:
     """Convergence and diversity of a Stein particle posterior (from :func:`stein_inference_data`).
 
     :param idata: the InferenceData of :func:`stein_inference_data`.
@@ -64,6 +84,10 @@ def stein_diagnostics(idata, site: str = "feature_frequencies") -> dict:
         with per-particle log marginal likelihoods, their ``lml_mean`` / ``lml_sd`` and ``lml_weight_ess``
         (effective number of particles if they were weighted by evidence: 1 = one particle dominates).
     """
+    if "posterior" not in idata.groups() or site not in idata.posterior:
+        have = list(idata.posterior.data_vars) if "posterior" in idata.groups() else []
+        raise ValueError(f"stein_diagnostics: no particle site {site!r} in the posterior (it has {have}); pass "
+                         "site= or the InferenceData of stein_inference_data")
     W = np.asarray(idata.posterior[site].values[0, 0])
     P = W.shape[0]
     flat = W.reshape(P, -1)

@@ -9,15 +9,21 @@ from typing import Annotated, Any
 import jax
 import numpy as np
 
-from ..validation import InstanceOf, Path, Tolerance, validated
+from ..validation import ArrayOf, Count, InstanceOf, Key, Names, OrNone, Path, SequenceOf, Tolerance, validated
 from ._arviz import az
+
+_VALUES = Annotated[Any, ArrayOf(rank=(1, 2))]
+_MAYBE_VALUES = Annotated[Any, OrNone(ArrayOf(rank=(1, 2)))]
+_TEXT = Annotated[str, InstanceOf(str, what="a string")]
 
 __all__ = ["plot_trace", "plot_fit_1d", "plot_spectral_density", "plot_adequacy"]
 
 _CHECK = InstanceOf(dict, what="the dict that diagnostics.adequacy(...) returned")
 
 
-def plot_trace(idata, var_names, path) -> str:
+@validated
+def plot_trace(idata: Annotated[Any, InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")],
+               var_names: Annotated[Any, Names()], path: Path) -> str:
     """``az.plot_trace`` of ``var_names`` written to the PNG ``path``.
 
     :param idata: an InferenceData; ``var_names``: the posterior variables to plot.
@@ -36,8 +42,12 @@ def plot_trace(idata, var_names, path) -> str:
     return path
 
 
-def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title=None, xlabel="x",
-                ylabel="y", shade=None) -> str:
+@validated
+def plot_fit_1d(path: Path, x: _VALUES, y: _VALUES, x_pred: _VALUES, mean: _VALUES, sd: _VALUES, *,
+                x_test: _MAYBE_VALUES = None, y_test: _MAYBE_VALUES = None,
+                title: Annotated[str | None, OrNone(InstanceOf(str, what="a string"))] = None, xlabel: _TEXT = "x",
+                ylabel: _TEXT = "y",
+                shade: Annotated[Any, OrNone(SequenceOf(ArrayOf(rank=1, shape=(2,)), min_len=0))] = None) -> str:
     """Data, held-out data and the predictive mean ± 2 sd on a 1-D grid, written to the PNG ``path``.
 
     :param path: the PNG file to write.
@@ -47,7 +57,14 @@ def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title
     :param title: the plot's title; ``xlabel``, ``ylabel``: the axes' labels.
     :param shade: optional list of ``(lo, hi)`` x-intervals to shade (e.g. removed segments).
     :returns: the path.
+    :raises ValueError: when x and y, x_pred, mean and sd, or x_test and y_test differ in size.
     """
+    _same_sizes(x=x, y=y)
+    _same_sizes(x_pred=x_pred, mean=mean, sd=sd)
+    if (x_test is None) != (y_test is None):
+        raise ValueError("plot_fit_1d: x_test and y_test go together; pass both or neither")
+    if x_test is not None:
+        _same_sizes(x_test=x_test, y_test=y_test)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -73,7 +90,18 @@ def plot_fit_1d(path, x, y, x_pred, mean, sd, *, x_test=None, y_test=None, title
     return path
 
 
-def plot_spectral_density(frequencies, prior, path=None, *, max_dims: int = 4, rng_key=None):
+def _same_sizes(**arrays):
+    sizes = {k: int(np.size(v)) for k, v in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"plot_fit_1d: {', '.join(sizes)} must have the same number of values, got {sizes}")
+
+
+@validated
+def plot_spectral_density(frequencies: Annotated[Any, ArrayOf(rank=(2, 3, 4, 5))],
+                          prior: Annotated[Any, InstanceOf("numpyro.distributions.Distribution",
+                                                           what="the frequency prior (a NumPyro distribution)")],
+                          path: Annotated[Any, OrNone(Path.__metadata__[0])] = None, *, max_dims: Count = 4,
+                          rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None):
     """Histogram of learned frequencies (pooled over particles) against the prior, per input dimension.
 
     :param frequencies: (..., D) learned unit-lengthscale frequencies (any leading dims, pooled).
@@ -90,6 +118,10 @@ def plot_spectral_density(frequencies, prior, path=None, *, max_dims: int = 4, r
     import matplotlib.pyplot as plt
 
     W = np.asarray(frequencies).reshape(-1, np.shape(frequencies)[-1])
+    if prior.event_shape and prior.event_shape[-1] != W.shape[1]:
+        raise ValueError(f"plot_spectral_density: the frequencies have D = {W.shape[1]} input dimensions, the prior's "
+                         f"draws {prior.event_shape[-1]} (event shape {prior.event_shape}); pass the prior of these "
+                         "frequencies (e.g. gp.feature.frequencies)")
     key = jax.random.PRNGKey(0) if rng_key is None else rng_key
     ref = np.asarray(prior.sample(key, (max(1, 20000 // int(np.prod(prior.event_shape[:-1] or (1,)))),)))
     ref = ref.reshape(-1, W.shape[1])

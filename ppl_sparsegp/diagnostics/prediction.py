@@ -10,16 +10,21 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from ..kernels import check_inputs
-from ..validation import InstanceOf, MaybeCount, validated
+from ..validation import ArrayOf, InstanceOf, MaybeCount, Names, OrNone, validated
 from .inference_data import SVI_GROUP
 
 _IDATA = InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")
+_GP = Annotated[Any, InstanceOf("ppl_sparsegp.approximations.base.GPModel",
+                                what="the approximation that was fitted (SparseGP, CollapsedGP, ...)")]
+_FIT = Annotated[Any, InstanceOf("arviz.InferenceData", what="the fit's arviz.InferenceData (from_svi, from_mcmc)")]
+_NEW_INPUTS = Annotated[Any, ArrayOf(rank=(1, 2))]
 
 __all__ = ["posterior_samples", "svi_params", "predict", "predictive_metrics"]
 
 
 @validated
-def posterior_samples(idata: Annotated[Any, _IDATA], var_names=None, max_draws: MaybeCount = None) -> dict:
+def posterior_samples(idata: Annotated[Any, _IDATA], var_names: Annotated[Any, OrNone(Names())] = None,
+                      max_draws: MaybeCount = None) -> dict:
     """Posterior draws as ``{site: array (S, ...)}`` with chains concatenated.
 
     :param idata: an InferenceData with a ``posterior`` group.
@@ -27,7 +32,11 @@ def posterior_samples(idata: Annotated[Any, _IDATA], var_names=None, max_draws: 
     :param max_draws: keep at most this many draws, evenly spaced (for cheaper prediction).
     """
     post = idata.posterior
-    names = list(post.data_vars) if var_names is None else list(var_names)
+    names = (list(post.data_vars) if var_names is None else [var_names] if isinstance(var_names, str)
+             else list(var_names))
+    missing = [n for n in names if n not in post.data_vars]
+    if missing:
+        raise ValueError(f"posterior_samples: no site {missing[0]!r} in the posterior (it has {list(post.data_vars)})")
     out = {}
     for name in names:
         v = np.asarray(post[name].values)
@@ -108,7 +117,7 @@ def _predict(gp, idata, X_new, kw):
 
 
 @validated
-def predict(gp, idata, X_new, *, max_draws: MaybeCount = None) -> dict:
+def predict(gp: _GP, idata: _FIT, X_new: _NEW_INPUTS, *, max_draws: MaybeCount = None) -> dict:
     """Predictive marginals at ``X_new`` from a fitted InferenceData.
 
     SVI results (an ``svi`` group) use q(u) analytically (``gp.predict(params=...)``); MCMC results mix
@@ -127,7 +136,8 @@ def predict(gp, idata, X_new, *, max_draws: MaybeCount = None) -> dict:
 
 
 @validated
-def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: MaybeCount = None) -> dict:
+def predictive_metrics(gp: _GP, idata: _FIT, X_test: _NEW_INPUTS, y_test: Annotated[Any, ArrayOf(rank=1)], *,
+                       max_draws: MaybeCount = None) -> dict:
     r"""Test RMSE of the predictive mean and the NLPD (mean negative log predictive density).
 
     SVI: :math:`\mathrm{NLPD} = -\frac1N\sum_n \log\int p(y_n\mid f)\,q(f_n)\,df`; MCMC: the posterior
@@ -139,8 +149,13 @@ def predictive_metrics(gp, idata, X_test, y_test, *, max_draws: MaybeCount = Non
     :param X_test: test inputs (N*, D); ``y_test``: test targets (N*,).
     :param max_draws: use at most this many (evenly spaced) posterior draws.
     :returns: ``{"rmse": ..., "nlpd": ...}`` in the units of ``y_test``.
+    :raises ValueError: when y_test does not hold one target per row of X_test.
     """
     y_test = jnp.asarray(y_test)
+    rows = np.shape(X_test)[0]
+    if y_test.shape[0] != rows:
+        raise ValueError(f"predictive_metrics: X_test has {rows} rows but y_test has {y_test.shape[0]} targets; pass "
+                         "one target per test input")
     kw = _predict_kwargs(gp, idata, max_draws)
     pred = _predict(gp, idata, X_test, kw)
 

@@ -11,7 +11,7 @@ import os
 import warnings
 from typing import Annotated, Any
 
-from ..validation import InstanceOf, Path, validated
+from ..validation import InstanceOf, Names, OrNone, Path, validated
 from ._arviz import _quiet_arviz, az
 
 _IDATA = InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")
@@ -19,7 +19,8 @@ _IDATA = InstanceOf("arviz.InferenceData", what="an arviz.InferenceData")
 __all__ = ["summary", "save", "load"]
 
 
-def summary(idata, var_names=None, **kwargs):
+@validated
+def summary(idata: Annotated[Any, _IDATA], var_names: Annotated[Any, OrNone(Names())] = None, **kwargs):
     """``az.summary``: mean, sd, HDI, MCSE, ESS (bulk, tail) and rank-normalised split R-hat [1].
 
     :param idata: an InferenceData.

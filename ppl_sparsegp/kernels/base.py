@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from ..grid import Grid
 from ..parameters import Module, check_finite
 
-__all__ = ["Kernel", "check_inputs", "as_points"]
+__all__ = ["Kernel", "check_inputs"]  # as_points: the kernels' own helper (called under tracing), not API
 
 
 def check_inputs(X, name: str = "X", input_dim: int | None = None):

@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from ..validation import AKernel, validated
 from .base import Kernel, as_points, check_inputs
 from .periodic import Periodic
 from .stationary import Stationary
@@ -86,10 +87,13 @@ class Product(_Combination):
         return jnp.concatenate([k.sample_frequencies(kk, n, 1) for k, kk in zip(self.kernels, keys)], 1)
 
 
-def constant_kernel_diagonal(kernel):
+@validated
+def constant_kernel_diagonal(kernel: AKernel):
     r"""k(x, x) of a kernel whose diagonal does not depend on x (stationary kernels and sums/products of
     them), so that :math:`\sum_n k(\mathbf x_n, \mathbf x_n) = N\,k(\mathbf x,\mathbf x)` needs no data.
 
+    :param kernel: the kernel.
+    :returns: k(x, x), a scalar array.
     :raises ValueError: for any other kernel.
     """
     if isinstance(kernel, (Stationary, Periodic)) or (isinstance(kernel, Zonal) and kernel.order == 0):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..parameters import is_concrete
-from ..validation import AKernel, OneOf, PositiveScalar, PositiveScales, Template, validated
+from ..validation import AKernel, Integer, OneOf, PositiveScalar, PositiveScales, Template, validated
 from .base import Kernel, as_points, check_inputs, safe_sqrt as _safe_sqrt
 from .stationary import Matern12, Matern32, Matern52
 
@@ -112,7 +112,8 @@ class Zonal(Kernel):
         """κ(t) on [−1, 1], κ(1) = 1 (not multiplied by σ²)."""
         raise NotImplementedError
 
-    def vanishing_degree(self, n: int, d: int) -> bool:
+    @validated
+    def vanishing_degree(self, n: Annotated[int, Integer(0)], d: Annotated[int, Integer(2)]) -> bool:
         """Whether the Funk–Hecke coefficient a_n is exactly 0 on :math:`S^{d-1}` for every value of the
         hyperparameters (those degrees carry no feature). Default: none."""
         return False
@@ -227,7 +228,9 @@ class ArcCosine(Zonal):
     def kappa(self, t):
         return (_arccos_kappa0, _arccos_kappa1, _arccos_kappa2)[self.order](t)  # Eq. (6) [1]
 
-    def vanishing_degree(self, n, d):
+    @validated
+    def vanishing_degree(self, n: Annotated[int, Integer(0)], d: Annotated[int, Integer(2)]) -> bool:
+        """Order 0: even n >= 2; order 1: odd n >= 3; order 2: even n >= 4 (every d)."""
         return n >= 2 and (n % 2 == (1 if self.order == 1 else 0)) and not (self.order == 2 and n == 2)
 
 

@@ -12,7 +12,8 @@ The vocabulary (each a :class:`Check`): :class:`Integer` (:func:`PositiveInt`, :
 :class:`Real` (an interval with open or closed ends, finite; :func:`Probability`), :class:`OneOf` (one of a
 set of strings), :class:`Boolean`, :class:`ArrayOf` (rank, trailing shape, finite values),
 :class:`IsCallable`, :class:`Key` (a PRNG key or an int seed), :class:`InstanceOf`, :class:`OrNone`
-(None allowed) and :class:`AnyOf` (the first that fits). A refused argument raises
+(None allowed), :class:`AnyOf` (the first that fits) and :class:`SequenceOf` (a list or tuple of items
+that each pass a check). A refused argument raises
 :class:`InvalidArgument` (a ``ValueError``) or, for a wrong type, :class:`WrongArgumentType` (a
 ``TypeError`` and a ``ValueError``); the message names the function, the parameter, what it got, what
 is allowed and the fix (the default as an example). An unknown keyword is refused by name with the
@@ -42,7 +43,8 @@ __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "Posit
            "Probability", "OneOf", "Boolean", "ArrayOf", "IsCallable", "Key", "InstanceOf", "OrNone", "AnyOf",
            "Draws", "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
            "NonNegative", "Count", "MaybeCount", "MaxMargin", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
-           "ALikelihood", "AName", "Samples", "Template", "PositiveScalar", "PositiveScales", "Nu", "Quantile"]
+           "ALikelihood", "AName", "Samples", "Template", "PositiveScalar", "PositiveScales", "Nu", "Quantile",
+           "SequenceOf"]
 
 
 from ._vocabulary import (  # noqa: F401 - the vocabulary, re-exported
@@ -81,6 +83,7 @@ from ._vocabulary import (  # noqa: F401 - the vocabulary, re-exported
     Real,
     RngKey,
     Samples,
+    SequenceOf,
     Template,
     Tolerance,
     WrongArgumentType,

@@ -456,3 +456,39 @@ Nu = typing.Annotated[float, OneOf(0.5, 1.5, 2.5)]
 Quantile = typing.Annotated[float, Real(0.0, 0.5, low_open=True, high_open=True)]
 #: a margin cap in data spans: a finite number >= 0, or inf for none
 MaxMargin = typing.Annotated[float, AnyOf(Real(0.0, None), OneOf(math.inf))]
+
+
+class SequenceOf(Check):
+    """A list or tuple (not a string) of at least ``min_len`` items (exactly ``length`` when given), each
+    allowed by ``check`` (e.g. coordinate indices, the axes of a grid, the members of a group)."""
+
+    def __init__(self, check: Check, *, min_len: int = 1, length: int | None = None):
+        self.check, self.min_len, self.length = check, min_len, length
+        head = (f"a list or tuple of {length} items" if length is not None else "a non-empty list or tuple"
+                if min_len == 1 else "a list or tuple" if min_len == 0
+                else f"a list or tuple of at least {min_len} items")
+        self.allowed = f"{head}, each item {check.allowed}"
+
+    def problem(self, value):
+        if not isinstance(value, (list, tuple)):
+            return WrongArgumentType, f"of type {type(value).__name__}, not a list or tuple"
+        if len(value) < self.min_len or (self.length is not None and len(value) != self.length):
+            return InvalidArgument, f"{len(value)} items"
+        for i, item in enumerate(value):
+            found = self.check.problem(item)
+            if found is not None:
+                return found[0], f"item {i}: {found[1]}"
+        return None
+
+    def bad_values(self):
+        inner = [v for v in self.check.bad_values() if v is not None and not isinstance(v, (list, tuple))][:2]
+        good = self.check.example()
+        out = ["no sequence", 3, None] + [[v] * max(1, self.min_len, self.length or 0) for v in inner]
+        if self.min_len > 0:
+            out.append([])
+        if self.length is not None:
+            out.append([good] * (self.length + 1))
+        return out
+
+    def example(self):
+        return [self.check.example()] * max(1, self.min_len, self.length or 0)
