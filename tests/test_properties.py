@@ -25,6 +25,10 @@ parameters the library was given (rounded to the tested dtype first):
     :class:`~ppl_sparsegp.StructuredNormal`) equals the dense Gaussian KL, for every prior structure with
     the q structures it is paired with, and for every structure as q against the whitened prior N(0, I).
 
+(b), (c) and (d) also run over the registry of families (:data:`ppl_sparsegp.features.FAMILIES`, complete by
+``tests/test_registry.py``), each at its test-sized instance: every family, the integral-transform and
+spherical ones included; (b) and (c) only where the family declares ``covariance_of_prior``.
+
 Random Fourier features are not in (b) and (c): their Kuu, Kuf are not covariances of the GP prior, so
 :math:`K_{ff} - Q_{ff}` is indefinite and their "bound" (the sparse-spectrum marginal likelihood) may exceed
 the exact value (``tests/test_collapsed.py`` checks it against a dense evaluation instead); they are in (d).

@@ -5,7 +5,7 @@ with a test-sized instance on a kernel it serves, and inputs where that instance
 (``tests/test_registry.py``, the registry part of ``tests/test_properties.py``) and
 :func:`~ppl_sparsegp.fit_spherical`'s list of families with one-pass statistics. ``tests/test_registry.py``
 checks that every concrete subclass of the base class that the package exports is registered here, so a
-new family cannot be left out of them: a new family adds its :class:`Family` entry below.
+new family cannot be left out of them: a new family adds its ``Family`` entry below.
 
 What a generic module needs to know of a family is an attribute or a method of the class (the base's
 default, overridden where the family differs): ``covariance_of_prior``, ``monte_carlo``,
@@ -76,7 +76,7 @@ def _fixed(shape, scale=1.0, seed=0):
     return scale * np.random.default_rng(seed).normal(size=shape)
 
 
-#: Every concrete feature family, one :class:`Family` each (``tests/test_registry.py`` checks it is complete).
+#: Every concrete feature family, one ``Family`` each (``tests/test_registry.py`` checks it is complete).
 FAMILIES: tuple = (
     Family(InducingPoints, lambda: Matern52(1.0, 0.3),
            lambda k: InducingPoints(np.linspace(0.0, 1.0, 8)[:, None]), _interval),
