@@ -19,6 +19,7 @@ evaluation of instances of at most 49 features on 30 inputs: about a second per 
 """
 import inspect
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -68,33 +69,44 @@ def test_instance_is_of_its_family(family):
     assert 1 <= feature.num_features <= 50
 
 
+@jax.jit
+def _matrices(feature, kernel, X):
+    Kmm = psg.Kuu(feature, kernel)
+    return Kmm.to_dense(), psg.Kuf(feature, kernel, X), kernel(X), Kmm.sqrt()
+
+
 def _dense(family, seed=0):
-    """(feature, kernel, X, Kuu, Kuf, Kff, the Kuu operator): the matrices as float64 NumPy arrays, from the
-    family's instance on N inputs."""
+    """(feature, kernel, X, Kuu, Kuf, Kff, R): the family's instance on N inputs, the matrices (R the
+    library's square root of Kuu) as float64 NumPy arrays (one compiled program per family)."""
     feature, kernel = family.instance()
     X = jnp.asarray(family.inputs(np.random.default_rng(seed), N))
-    Kmm = psg.Kuu(feature, kernel)
-    return (feature, kernel, X, np.asarray(Kmm.to_dense(), np.float64), np.asarray(psg.Kuf(feature, kernel, X)),
-            np.asarray(kernel(X)), Kmm)
+    return (feature, kernel, X, *(np.asarray(a, np.float64) for a in _matrices(feature, kernel, X)))
+
+
+@jax.jit
+def _conditionals(feature, kernel, X, q):
+    """conditional's (mean, var) centred and whitened, for q = {False: (m, S), True: (m_v, S_v)}."""
+    return [psg.conditional(feature, kernel, X, q[w][0], Dense(q[w][1]), whiten=w) for w in (False, True)]
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_conditional_equals_the_dense_formula(family):
     """``conditional`` centred (u ~ N(m, S)) and whitened (u = Rv, v ~ N(m_v, S_v)) against the dense
     formulas from Kuu and Kuf."""
-    feature, kernel, X, K, Kuf, Kff, Kmm = _dense(family)
+    feature, kernel, X, K, Kuf, Kff, R = _dense(family)
     rng = np.random.default_rng(1)
     M = K.shape[0]
-    R = np.asarray(Kmm.sqrt(), np.float64)
     np.testing.assert_allclose(R @ R.T, K, rtol=1e-10, atol=1e-12 * np.max(np.abs(K)))
     A = np.linalg.solve(K, Kuf)                                   # Kuu⁻¹ Kuf
     qff = np.sum(Kuf * A, axis=0)
+    q = {}
     for whiten, B in ((False, A), (True, R.T @ A)):
-        m = rng.normal(size=B.shape[0])
         L = np.tril(rng.normal(size=(B.shape[0],) * 2)) * 0.3
-        S = L @ L.T + 0.1 * np.eye(len(L))
-        mean, var = psg.conditional(feature, kernel, X, jnp.asarray(m), Dense(jnp.asarray(S)), whiten=whiten)
-        scale = np.max(np.diag(Kff))
+        q[whiten] = (rng.normal(size=B.shape[0]), L @ L.T + 0.1 * np.eye(len(L)))
+    out = _conditionals(feature, kernel, X, jax.tree.map(jnp.asarray, q))
+    scale = np.max(np.diag(Kff))
+    for (whiten, B), (mean, var) in zip(((False, A), (True, R.T @ A)), out):
+        m, S = q[whiten]
         np.testing.assert_allclose(np.asarray(mean), B.T @ m, atol=1e-8 * np.sqrt(scale) * (1 + np.abs(m).sum()))
         want = np.maximum(np.diag(Kff) - qff + np.sum(B * (S @ B), axis=0), 0.0)
         np.testing.assert_allclose(np.asarray(var), want, atol=1e-8 * scale * (1 + M))
