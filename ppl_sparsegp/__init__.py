@@ -24,8 +24,9 @@ from siblings that do not import it back, which ``tests/test_layers.py`` checks;
 A new feature family is one file in ``features/``: a :class:`~ppl_sparsegp.features.InducingFeature`
 subclass, its ``Kuu``/``Kuf`` registrations (and a ``conditional`` or ``sufficient_statistics``
 registration where its structure allows something faster), its import in ``features/__init__.py`` (else
-the registrations never run) and its tests; ``features/integral_transform.py`` is the example. The
-approximations do not change.
+the registrations never run), its entry in ``features/registry.py`` (``FAMILIES``: the cross-family tests
+run on it, and a test fails for a family left out) and its tests; ``features/integral_transform.py`` is the
+example. The approximations do not change: what they ask of a family is an attribute or method of the class.
 """
 from . import (  # noqa: F401
     datasets,

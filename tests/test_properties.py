@@ -25,6 +25,10 @@ parameters the library was given (rounded to the tested dtype first):
     :class:`~ppl_sparsegp.StructuredNormal`) equals the dense Gaussian KL, for every prior structure with
     the q structures it is paired with, and for every structure as q against the whitened prior N(0, I).
 
+(b), (c) and (d) also run over the registry of families (:data:`ppl_sparsegp.features.FAMILIES`, complete by
+``tests/test_registry.py``), each at its test-sized instance: every family, the integral-transform and
+spherical ones included; (b) and (c) only where the family declares ``covariance_of_prior``.
+
 Random Fourier features are not in (b) and (c): their Kuu, Kuf are not covariances of the GP prior, so
 :math:`K_{ff} - Q_{ff}` is indefinite and their "bound" (the sparse-spectrum marginal likelihood) may exceed
 the exact value (``tests/test_collapsed.py`` checks it against a dense evaluation instead); they are in (d).
@@ -69,6 +73,7 @@ import ppl_sparsegp as psg
 from ppl_sparsegp import StructuredNormal, gaussian_kl
 from ppl_sparsegp.approximations.collapsed import collapsed_elbo, exact_log_marginal_likelihood
 from ppl_sparsegp.features import (
+    FAMILIES as REGISTRY,
     AdditiveFeatures,
     AdditiveOrthogonal,
     FourierFeatures,
@@ -624,7 +629,11 @@ def _site_log_probs(model, args, values):
 
 
 def _whitened_and_centred(family, M, kernel_kind, likelihood, residual, p, X, y, z, noise):
-    feature, kernel = family_problem(family, M, kernel_kind, p)
+    return whitened_and_centred(*family_problem(family, M, kernel_kind, p), likelihood, residual, X, y, z, noise)
+
+
+def whitened_and_centred(feature, kernel, likelihood, residual, X, y, z, noise):
+    """The whitened and centred SparseGP's site log densities at v = RᵀKuu⁻¹R z and u = R v, and Kuu."""
     lik = {"gaussian": lambda: psg.Gaussian(noise), "poisson": psg.Poisson, "bernoulli": psg.Bernoulli}[likelihood]()
     Kmm = psg.Kuu(feature, kernel)
     v = Kmm.whiten(Kmm.sqrt_matmul(z))  # RᵀKuu⁻¹R z: z projected on R's row space (z itself for square R)
@@ -671,19 +680,24 @@ def check_whitening(family, M, kernel_kind, likelihood, residual, hyper):
     z = rng.normal(size=Mp)  # R is M × M'
     out = jax.tree.map(np.asarray, _whitened_and_centred_jit(family, M, kernel_kind, likelihood, residual, p,
                                                               X, y, z, noise))
-    assert all(np.all(np.isfinite(v)) for v in out.values()), (family, M, hyper, {k: np.all(np.isfinite(v))
-                                                                                for k, v in out.items()})
-    M_, Mp = out["Kuu"].shape[0], len(z)
+    assert_whitening(out, len(z), (family, M, hyper))
+
+
+def assert_whitening(out, Mp, label):
+    """(d) on the outputs of :func:`whitened_and_centred` (R is M × M')."""
+    assert all(np.all(np.isfinite(v)) for v in out.values()), \
+        (label, {k: np.all(np.isfinite(v)) for k, v in out.items()})
+    M_ = out["Kuu"].shape[0]
     # log|Kuu| of the operator (checked against the dense matrix in (a)); here also against the scaled dense
     # one where that is reliable (Kronecker inducing points reach cond 1e16 even scaled: jitter per factor)
     logdet, dense_logdet, cond = float(out["logdet"]), *scaled_logdet(out["Kuu"])
     if cond < 1e10:
         assert abs(logdet - dense_logdet) <= 1e-12 * cond * (abs(dense_logdet) + M_), \
-            (family, M, hyper, logdet, dense_logdet)
+            (label, logdet, dense_logdet)
     expected = 0.5 * logdet - 0.5 * (Mp - M_) * math.log(2 * math.pi)
     got = (float(out["prior_w"]) + float(out["y_w"])) - (float(out["prior_c"]) + float(out["y_c"]))
     scale = sum(abs(float(out[k])) for k in ("prior_w", "prior_c", "y_w", "y_c")) + abs(expected)
-    assert abs(got - expected) <= RTOL_WHITEN * scale, (family, M, hyper, got, expected, abs(got - expected) / scale)
+    assert abs(got - expected) <= RTOL_WHITEN * scale, (label, got, expected, abs(got - expected) / scale)
     assert abs(float(out["y_w"]) - float(out["y_c"])) <= RTOL_WHITEN * scale
 
 
@@ -714,5 +728,71 @@ def test_whitened_equals_centred_every_family(family):
            residual=st.sampled_from(psg.SparseGP.RESIDUALS), hyper=hyper_strategy(F64))
     def prop(M, kernel_kind, likelihood, residual, hyper):
         check_whitening(family, M, kernel_kind, likelihood, residual, hyper)
+
+    prop()
+
+
+# ==================================================================================================
+# (b), (c), (d) on the registry: every family of ppl_sparsegp.features.FAMILIES at its test-sized
+# instance (tests/test_registry.py checks the registry is complete), values drawn
+# ==================================================================================================
+REGISTRY_BOUND = [f for f in REGISTRY if f.feature_class.covariance_of_prior]  # (b), (c): covariances only
+
+
+def registry_problem(family, seed, noise):
+    """(feature, kernel, X, y): the family's instance and kernel, N_DATA of its inputs, a smooth function
+    of them plus noise of variance ``noise``."""
+    rng = np.random.default_rng(seed)
+    feature, kernel = family.instance()
+    X = family.inputs(rng, N_DATA)
+    f = np.sin(6 * X[:, 0] + rng.uniform(0, 2 * np.pi)) + (X[:, 1] ** 2 if X.shape[1] > 1 else 0.0)
+    return feature, kernel, jnp.asarray(X), jnp.asarray(f + math.sqrt(noise) * rng.normal(size=N_DATA))
+
+
+NOISES = st.floats(0.0, 1.0).map(lambda t: 1e-4 * 1e4 ** t)
+
+
+@jax.jit
+def _registry_bound_terms(feature, kernel, X, y, noise):
+    """The exact log marginal likelihood, the collapsed bound, W = RᵀKuu⁻¹Kuf and Kff: one program per family."""
+    return {"exact": exact_log_marginal_likelihood(kernel, X, y, noise), "W": psg.Kuu(feature, kernel).whiten(
+        psg.Kuf(feature, kernel, X)), "bound": collapsed_elbo(feature, kernel, X, y, noise), "Kff": kernel(X)}
+
+
+@pytest.mark.parametrize("family", REGISTRY_BOUND, ids=[f.name for f in REGISTRY_BOUND])
+def test_registry_bound_below_exact_and_residual_psd(family):
+    """(b) and (c) for every registered family whose Kuu, Kuf are covariances of the prior
+    (``covariance_of_prior``), float64, the data and the noise drawn (down to 1e-4)."""
+    @settings(FAST, max_examples=2)
+    @given(seed=SEEDS, noise=NOISES)
+    @example(seed=1, noise=1e-4)
+    def prop(seed, noise):
+        feature, kernel, X, y = registry_problem(family, seed, noise)
+        out = jax.tree.map(np.asarray, _registry_bound_terms(feature, kernel, X, y, noise))
+        exact, bound = float(out["exact"]), float(out["bound"])
+        assert bound <= exact + RTOL64 * abs(exact), (family.name, seed, noise, (bound - exact) / abs(exact))
+        W, Kff = as64(out["W"]), as64(out["Kff"])
+        residual = Kff - W.T @ W
+        lam = np.linalg.eigvalsh(0.5 * (residual + residual.T))[0]
+        assert lam >= -PSD_TOL[F64] * np.max(np.diag(Kff)), (family.name, seed, noise, lam)
+
+    prop()
+
+
+_registry_whitening_jit = jax.jit(whitened_and_centred, static_argnums=(2, 3))
+
+
+@pytest.mark.parametrize("family", REGISTRY, ids=[f.name for f in REGISTRY])
+def test_registry_whitened_equals_centred(family):
+    """(d) for every registered family (weight-space ones included), Gaussian likelihood, one draw of the
+    data, noise and u."""
+    @settings(FAST, max_examples=1)
+    @given(seed=SEEDS, noise=NOISES)
+    def prop(seed, noise):
+        feature, kernel, X, y = registry_problem(family, seed, noise)
+        Mp = psg.Kuu(feature, kernel).sqrt_cols
+        z = np.random.default_rng(seed).normal(size=Mp)
+        out = jax.tree.map(np.asarray, _registry_whitening_jit(feature, kernel, "gaussian", "expected", X, y, z, noise))
+        assert_whitening(out, Mp, (family.name, seed, noise))
 
     prop()

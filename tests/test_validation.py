@@ -272,9 +272,10 @@ EXEMPT_TRACED = {"dist", "diag", "predict_mean_and_var", "variational_expectatio
                  "to_sphere", "to_domain", "monte_carlo_conditional", "optimal_q", "components", "components_from",
                  "point_values", "fourier_coefficients"}
 
-#: the checks and warnings themselves (their arguments are what they judge)
+#: the checks, warnings and advice helpers themselves (their arguments are what they judge, from the library)
 EXEMPT_CHECKERS = {"check_inputs", "check_kernel", "check_dim", "warn_outside", "warn_float32",
-                   "warn_float32_gpu_matmul", "validate", "adequacy_advice"}
+                   "warn_float32_gpu_matmul", "validate", "adequacy_advice", "check_free_hyperparameters",
+                   "refinement_note", "refinement_advice"}
 
 #: constructors of what the library builds and hands back, never built from a user's input: NumPyro
 #: distributions made inside the traced model (and rebuilt by jax.tree_util on unflatten, where a Python

@@ -88,79 +88,131 @@ QUICK = {
 }
 
 
-def data(family, n, rng):
-    """(X, y, X_test) for a family (module docstring)."""
+# the data of each case: (n, rng) -> (X, f at X, X_test) (module docstring); drawn in this order
+def _interval(n, rng):
     import numpy as np
 
-    if family in ("hermite", "trigonometric"):
-        X, Xs = rng.normal(size=(n, 1)), np.linspace(-2.5, 2.5, 200)[:, None]
-        f = np.sin(2 * X[:, 0])
-    elif family.startswith("harmonic"):
-        X, Xs = rng.normal(size=(n, 2)), rng.normal(size=(200, 2))
-        f = np.cos(X[:, 0]) + X[:, 1]
-    elif family.startswith("spherical"):
-        D = int(family[-1]) - 1  # spherical-d<d>: d = D + 1
+    X, Xs = np.sort(rng.uniform(0, 1, n))[:, None], np.linspace(0, 1, 200)[:, None]
+    return X, np.sin(12 * X[:, 0]), Xs
+
+
+def _normal1(n, rng):
+    import numpy as np
+
+    X, Xs = rng.normal(size=(n, 1)), np.linspace(-2.5, 2.5, 200)[:, None]
+    return X, np.sin(2 * X[:, 0]), Xs
+
+
+def _normal2(n, rng):
+    import numpy as np
+
+    X, Xs = rng.normal(size=(n, 2)), rng.normal(size=(200, 2))
+    return X, np.cos(X[:, 0]) + X[:, 1], Xs
+
+
+def _square(n, rng):
+    import numpy as np
+
+    X, Xs = rng.uniform(0, 1, (n, 2)), rng.uniform(0, 1, (200, 2))
+    return X, np.sin(6 * X[:, 0]) + X[:, 1] ** 2, Xs
+
+
+def _cube(D):
+    """x ~ U(−1, 1)^D (spherical features on S^D: d = D + 1), inputs that interact."""
+    import numpy as np
+
+    def draw(n, rng):
         X, Xs = rng.uniform(-1, 1, (n, D)), rng.uniform(-1, 1, (200, D))
-        f = np.sin(2 * X[:, 0]) * X[:, 1] + X[:, -1]  # inputs that interact
-    elif family == "kronecker-vff":
-        X, Xs = rng.uniform(0, 1, (n, 2)), rng.uniform(0, 1, (200, 2))
-        f = np.sin(6 * X[:, 0]) + X[:, 1] ** 2
-    else:
-        X, Xs = np.sort(rng.uniform(0, 1, n))[:, None], np.linspace(0, 1, 200)[:, None]
-        f = np.sin(12 * X[:, 0])
+        return X, np.sin(2 * X[:, 0]) * X[:, 1] + X[:, -1], Xs
+
+    return draw
+
+
+# the (feature, kernel) of each case: (psg, M, opts, X) -> (feature, kernel); M per dimension for
+# Kronecker, per sub-kernel for harmonic, frequencies for VFF and random Fourier features, the maximum
+# degree for spherical harmonics
+def _matern(psg, nu):
+    return {0.5: psg.Matern12, 1.5: psg.Matern32, 2.5: psg.Matern52}[nu]
+
+
+def _vff(psg, M, opts, X):
+    return psg.FourierFeatures(*VFF_BOX, M), _matern(psg, opts["nu"])(1.0, opts["ell"])
+
+
+def _kronecker_vff(psg, M, opts, X):
+    k = _matern(psg, opts["nu"])
+    return (psg.KroneckerFeatures([psg.FourierFeatures(*VFF_BOX, M)] * 2),
+            psg.Product([k(1.0, opts["ell"]), k(1.0, opts["ell"])]))
+
+
+def _inducing_points(psg, M, opts, X):
+    import numpy as np
+
+    return psg.InducingPoints(np.linspace(0, 1, M)[:, None]), psg.Matern52(1.0, opts["ell"])
+
+
+def _hermite(psg, M, opts, X):
+    return psg.HermiteFeatures(M, input_scale=1.0), psg.SquaredExponential(1.0, opts["ell"])
+
+
+def _trigonometric(psg, M, opts, X):
+    import numpy as np
+
+    from ppl_sparsegp.features.trigonometric import quadrature_nodes
+
+    band = 4.0 / opts["ell"]  # four spectral standard deviations of the SE kernel
+    nodes = max(512, quadrature_nodes(band, float(np.max(np.abs(X))) + 2.5, M))
+    return psg.TrigonometricFeatures(M, band=band, num_quadrature=nodes), psg.SquaredExponential(1.0, opts["ell"])
+
+
+def _harmonic(psg, M, opts, X):
+    import numpy as np
+
+    from ppl_sparsegp.groups import Negation, Rotation
+
+    Z = np.random.default_rng(7).normal(size=(M, 2))
+    group = Negation() if opts["group"] == "negation" else Rotation(4)
+    return psg.HarmonicFeatures(group, Z), psg.SquaredExponential(1.0, opts["ell"])
+
+
+def _periodic_vff(psg, M, opts, X):
+    return psg.FourierFeatures(0.0, 1.0, M), psg.Periodic(1.0, opts["ell"], 1.0)
+
+
+def _spherical(psg, M, opts, X):
+    kernel = (psg.ChordalMatern(1.5, 1.0, 1.0, 1.0, opts["ell"]) if opts["kernel"] == "chordal"
+              else psg.ArcCosine(1, 1.0, 1.0, 1.0))
+    return psg.SphericalHarmonicFeatures(X.shape[1], M, kernel=kernel), kernel
+
+
+def _random_fourier(psg, M, opts, X):
+    import numpy as np
+
+    W = np.random.default_rng(8).normal(size=(M, 1))
+    return psg.RandomFourierFeatures(W), psg.SquaredExponential(1.0, opts["ell"])
+
+
+#: case -> (its data, its feature and kernel): one entry per case of FULL (no branch on the names)
+CASES = {"vff": (_interval, _vff), "kronecker-vff": (_square, _kronecker_vff),
+         "inducing-points": (_interval, _inducing_points), "hermite": (_normal1, _hermite),
+         "trigonometric": (_normal1, _trigonometric), "harmonic-negation": (_normal2, _harmonic),
+         "harmonic-rotation": (_normal2, _harmonic), "periodic-vff": (_interval, _periodic_vff),
+         "random-fourier": (_interval, _random_fourier), "spherical-d3": (_cube(2), _spherical),
+         "spherical-d5": (_cube(4), _spherical)}
+
+
+def data(family, n, rng):
+    """(X, y, X_test) for a case (module docstring)."""
+    X, f, Xs = CASES[family][0](n, rng)
     return X, f - f.mean() + 0.1 * rng.normal(size=n), Xs
 
 
 def problem(family, M, opts, X):
-    """(feature, kernel) of a family at M features (per dimension for Kronecker, per sub-kernel for
-    harmonic, frequencies for VFF and random Fourier features)."""
-    import numpy as np
-
+    """(feature, kernel) of a case at M features (per dimension for Kronecker, per sub-kernel for
+    harmonic, frequencies for VFF and random Fourier features, the maximum degree for spherical)."""
     import ppl_sparsegp as psg
-    from ppl_sparsegp.features import (
-        FourierFeatures,
-        HarmonicFeatures,
-        HermiteFeatures,
-        InducingPoints,
-        KroneckerFeatures,
-        RandomFourierFeatures,
-        TrigonometricFeatures,
-    )
-    from ppl_sparsegp.features.trigonometric import quadrature_nodes
-    from ppl_sparsegp.groups import Negation, Rotation
 
-    ell = opts["ell"]
-    matern = {0.5: psg.Matern12, 1.5: psg.Matern32, 2.5: psg.Matern52}
-    if family == "vff":
-        return FourierFeatures(*VFF_BOX, M), matern[opts["nu"]](1.0, ell)
-    if family == "kronecker-vff":
-        k = matern[opts["nu"]]
-        return KroneckerFeatures([FourierFeatures(*VFF_BOX, M)] * 2), psg.Product([k(1.0, ell), k(1.0, ell)])
-    if family == "inducing-points":
-        return InducingPoints(np.linspace(0, 1, M)[:, None]), psg.Matern52(1.0, ell)
-    if family == "hermite":
-        return HermiteFeatures(M, input_scale=1.0), psg.SquaredExponential(1.0, ell)
-    if family == "trigonometric":
-        band = 4.0 / ell  # four spectral standard deviations of the SE kernel
-        nodes = max(512, quadrature_nodes(band, float(np.max(np.abs(X))) + 2.5, M))
-        return TrigonometricFeatures(M, band=band, num_quadrature=nodes), psg.SquaredExponential(1.0, ell)
-    if family.startswith("harmonic"):
-        Z = np.random.default_rng(7).normal(size=(M, 2))
-        group = Negation() if opts["group"] == "negation" else Rotation(4)
-        return HarmonicFeatures(group, Z), psg.SquaredExponential(1.0, ell)
-    if family == "periodic-vff":
-        return FourierFeatures(0.0, 1.0, M), psg.Periodic(1.0, ell, 1.0)
-    if family.startswith("spherical"):
-        from ppl_sparsegp.features import SphericalHarmonicFeatures
-
-        D = X.shape[1]
-        kernel = (psg.ChordalMatern(1.5, 1.0, 1.0, 1.0, ell) if opts["kernel"] == "chordal"
-                  else psg.ArcCosine(1, 1.0, 1.0, 1.0))
-        return SphericalHarmonicFeatures(D, M, kernel=kernel), kernel
-    if family == "random-fourier":
-        W = np.random.default_rng(8).normal(size=(M, 1))
-        return RandomFourierFeatures(W), psg.SquaredExponential(1.0, ell)
-    raise ValueError(family)
+    return CASES[family][1](psg, M, opts, X)
 
 
 def cast(tree, dtype):

@@ -283,9 +283,9 @@ class OrthogonallyDecoupledGP(GPModel):
         if V is None or U is None:
             return Prior(Ku, None, None if V is None else Kuu(V, kernel)), None
         Kv, Kmn = Kuu(V, kernel), None
-        if X is not None and isinstance(V, InducingPoints) and not hasattr(X, "points") \
-                and not is_distributed(X):
-            K = Kuf(U, kernel, jnp.concatenate([V.Z, X], axis=0))
+        Z = V.inducing_inputs  # point values (inducing points): Kuv is Kuf(U) at Z
+        if X is not None and Z is not None and not hasattr(X, "points") and not is_distributed(X):
+            K = Kuf(U, kernel, jnp.concatenate([Z, X], axis=0))
             Kuv, Kmn = K[:, :V.num_features], K[:, V.num_features:]
         else:
             Kuv = cross_covariance(U, V, kernel)

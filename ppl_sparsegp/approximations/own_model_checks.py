@@ -10,8 +10,7 @@ from numpyro import handlers
 from numpyro.distributions import Distribution
 
 from ..features.base import InducingFeature
-from ..features.fourier import FourierFeatures
-from ..kernels import Kernel, Periodic
+from ..kernels import Kernel
 from ..numpyro_internals import handler_stack
 from ..parameters import Param, free_leaves, free_sites
 
@@ -23,8 +22,9 @@ def enclosing_plates() -> list:
 
 
 def check_pair(feature, kernel, what: str, *, exact: bool = False):
-    """One GP's (feature, kernel): their types, in this order; a fixed period for the periodic kernel on
-    Fourier features (the box is one period). With ``exact`` (the dense reference) the feature may be None."""
+    """One GP's (feature, kernel): their types, in this order; the family's rule for the template's free
+    hyperparameters (:meth:`~ppl_sparsegp.features.InducingFeature.check_free_hyperparameters`: VFF fixes a
+    periodic kernel's period). With ``exact`` (the dense reference) the feature may be None."""
     if isinstance(feature, Kernel) and isinstance(kernel, InducingFeature):
         raise TypeError(f"{what}: got ({type(feature).__name__}, {type(kernel).__name__}) as (feature, kernel): "
                         "the feature comes first; swap them")
@@ -34,12 +34,8 @@ def check_pair(feature, kernel, what: str, *, exact: bool = False):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"{what}: the kernel must be a Kernel (e.g. Matern32(1.0, 0.3) or a template with "
                         f"priors), got {type(kernel).__name__}")
-    if isinstance(feature, FourierFeatures) and isinstance(kernel, Periodic) and isinstance(
-            kernel.period, (Distribution, Param)):
-        raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box [a, b] = "  # noqa: TRY004
-                         f"[{feature.a:g}, {feature.b:g}] is one period, so the period cannot be sampled; give "
-                         f"period={feature.b - feature.a:g} (a number), or use features that do not fix it "
-                         f"(InducingPoints) to learn the period")
+    if feature is not None:
+        feature.check_free_hyperparameters(kernel, what)  # the family's rule (VFF: a periodic kernel's period)
 
 
 def check_new_sites(sites, name: str):

@@ -32,12 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..conditionals import conditional
-from ..covariances import Kuu
-from ..features.spherical import SphericalHarmonicFeatures, spherical_statistics
+from ..covariances import Kuu, sufficient_statistics
+from ..features.base import InducingFeature
+from ..features.registry import FAMILIES
 from ..kernels import Zonal, constant_kernel_diagonal
 from ..likelihoods import Gaussian
 from ..parameters import as_rng_key, is_concrete
-from ..validation import ArrayOf, Count, InstanceOf, Integer, OrNone, Real, RngKey, validated
+from ..validation import ArrayOf, Count, InstanceOf, Integer, OrNone, Real, RngKey, WrongArgumentType, validated
 from .collapsed import CollapsedGP, collapsed_elbo_from_stats
 from .map_estimate import map_lbfgs
 
@@ -116,8 +117,8 @@ def _check_int(value, name, low=1):
 def _check_arguments(feature, map_feature, kernel, likelihood, X, y, subsample, num_steps, chunk_size):
     """Eager validation of :func:`fit_spherical`'s arguments (clear errors naming the argument)."""
     for name, f in (("feature", feature), ("map_feature", map_feature)):
-        if not isinstance(f, SphericalHarmonicFeatures):
-            raise ValueError(f"{name} must be SphericalHarmonicFeatures, got {type(f).__name__}; for other "
+        if _ONE_PASS.problem(f) is not None:
+            raise ValueError(f"{name} must be {_ONE_PASS.allowed}, got {type(f).__name__}; for other "
                              "features use CollapsedGP with map_lbfgs")
     if map_feature.input_dim != feature.input_dim:
         raise ValueError(f"map_feature has input_dim = {map_feature.input_dim}, feature has {feature.input_dim}: "
@@ -148,14 +149,27 @@ def _numpy_generator(rng_key):
     return np.random.default_rng(np.asarray(jax.random.key_data(as_rng_key(rng_key))))
 
 
-_SHF = InstanceOf(SphericalHarmonicFeatures, what="SphericalHarmonicFeatures")
+class _OnePass(InstanceOf):
+    """Features of a family with one-pass statistics (:attr:`~ppl_sparsegp.features.InducingFeature.
+    one_pass_with_fixed_map`: spherical harmonics), named from the registry of families."""
+
+    def __init__(self):
+        names = [f.name for f in FAMILIES if f.feature_class.one_pass_with_fixed_map]
+        super().__init__(InducingFeature, what=" or ".join(names))
+
+    def problem(self, value):
+        return super().problem(value) or (None if value.one_pass_with_fixed_map else (
+            WrongArgumentType, f"of type {type(value).__name__}, a family without one-pass statistics"))
+
+
+_ONE_PASS = _OnePass()
 
 
 @validated
-def fit_spherical(feature: Annotated[Any, _SHF], kernel: Annotated[Any, InstanceOf(Zonal, what="a Zonal kernel")],
+def fit_spherical(feature: Annotated[Any, _ONE_PASS], kernel: Annotated[Any, InstanceOf(Zonal, what="a Zonal kernel")],
                   likelihood: Annotated[Any, InstanceOf(Gaussian, what="Gaussian (the collapsed bound's)")],
                   X: Annotated[Any, ArrayOf(rank=2, read=False)], y: Annotated[Any, ArrayOf(rank=1, read=False)], *,
-                  map_feature: Annotated[Any, OrNone(_SHF)] = None, subsample: Annotated[int, Integer(2)] = 5000,
+                  map_feature: Annotated[Any, OrNone(_ONE_PASS)] = None, subsample: Annotated[int, Integer(2)] = 5000,
                   num_steps: Count = 200,
                   chunk_size: Count = 8192, mean: Annotated[float, Real()] = 0.0,
                   rng_key: RngKey = 0) -> SphericalFit:
@@ -222,7 +236,7 @@ def fit_spherical(feature: Annotated[Any, _SHF], kernel: Annotated[Any, Instance
         kernel = kernel.replace(**{f: jnp.asarray(v0[f"kernel_{f}"]) for f in free_map})
         seconds["subsample"] = time.perf_counter() - t0
     t0 = time.perf_counter()  # 2. one pass over all rows with the map fixed
-    stats = jax.block_until_ready(spherical_statistics(feature, kernel, X, y, chunk_size=chunk_size))
+    stats = jax.block_until_ready(sufficient_statistics(feature, kernel, X, y, chunk_size=chunk_size))
     seconds["statistics"] = time.perf_counter() - t0
     gp = CollapsedGP(feature, kernel, likelihood, mean, statistics=stats)
     t0 = time.perf_counter()  # 3. MAP of σ², the shape of κ and the noise at O(M³) per evaluation

@@ -241,14 +241,12 @@ def _weighted_quantile(draws, w, q):
 
 
 def _describe(gps, refined) -> list:
-    """One line per GP: its features before and after refinement (and the lengthscale VFF resolves)."""
+    """One line per GP: its features before and after refinement (and the family's note,
+    :meth:`~ppl_sparsegp.features.InducingFeature.refinement_note`: the lengthscales VFF resolves)."""
     out = []
     for (name, feature, nu), (_, finer, _) in zip(gps, refined):
-        line = f"{name}: {type(feature).__name__} {feature.num_features} → {finer.num_features} features"
-        if hasattr(feature, "resolved_lengthscale") and nu is not None:
-            line += (f", resolving ℓ ≥ {feature.resolved_lengthscale(nu):.3g} → "
-                     f"{finer.resolved_lengthscale(nu):.3g} (Matérn-{nu:g}, 1% of the prior variance unresolved)")
-        out.append(line)
+        out.append(f"{name}: {type(feature).__name__} {feature.num_features} → {finer.num_features} features"
+                   + feature.refinement_note(finer, nu))
     return out
 
 
@@ -274,33 +272,16 @@ def _verdict(result, moments, threshold, gps):
 
 
 def _advised_feature(result, name, feature, nu):
-    """(features for the next fit of one VFF GP, the refined posterior's 5% lengthscale quantile or None),
-    or None for other families: the same box (built from the prior, it serves its long lengthscales; a box
-    for ℓ_min alone would take them away) with the frequencies that resolve that quantile (the refit's,
-    else the importance-weighted one) at 1% of the prior variance, and at least the refined count, under
-    which the refined posterior was found."""
-    from ..features.fourier import FourierFeatures, frequencies_needed
-
-    if not isinstance(feature, FourierFeatures) or nu is None:
-        return None
+    """The family's ``(features for the next fit, advice)`` for one GP
+    (:meth:`~ppl_sparsegp.features.InducingFeature.refinement_advice`), or None: given the refined
+    posterior's 5% lengthscale quantile (the refit's, else the importance-weighted one) where known."""
     site = f"{name}_kernel_lengthscale"
     quantiles = result.get("refit_q05") or result.get("refined_q05") or {}
     short = float(np.min(quantiles[site])) if site in quantiles else None
-    m = feature.refined().num_frequencies
-    if short is not None and short > 0:
-        m = max(m, frequencies_needed(feature.a, feature.b, short, nu, 0.01))
-    return FourierFeatures(feature.a, feature.b, m), short
+    return feature.refinement_advice(name, short, nu)
 
 
 def _advice(result, name, feature, nu):
     """The message's fix for one GP (None where there is none to give)."""
     advised = _advised_feature(result, name, feature, nu)
-    if advised is None:
-        return None
-    (new, short), site = advised, f"{name}_kernel_lengthscale"
-    reach = "" if short is None else (f"{site}'s refined posterior reaches {short:.3g} (5% quantile) where the "
-                                      f"features resolve {feature.resolved_lengthscale(nu):.3g}: ")
-    lengthscale = f"{short:.3g}" if short is not None else f"{new.resolved_lengthscale(nu):.3g}"
-    return (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the same "
-            f"box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, {lengthscale}, "
-            f"nu={nu:g}, max_lengthscale=<the lengthscale prior>))")
+    return None if advised is None else advised[1]

@@ -12,10 +12,11 @@ from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
 from .integral_transform import IntegralTransformFeatures
 from .random_fourier import ImportanceFourierFeatures, RandomFourierFeatures
+from .registry import FAMILIES
 from .spherical import SphericalHarmonicFeatures
 from .trigonometric import TrigonometricFeatures
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "TooManyFeatures", "InducingPoints", "FourierFeatures",
            "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures",
            "HarmonicFeatures", "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
-           "IntegralTransformFeatures", "ActivationFeatures"]
+           "IntegralTransformFeatures", "ActivationFeatures", "FAMILIES"]

@@ -104,6 +104,18 @@ class InducingFeature(Module):
     #: and NUTS mixes poorly, so :func:`~ppl_sparsegp.spectral_gp` warns.
     moves_with_lengthscale: bool = False
 
+    #: Whether Kuu and Kuf are the covariances of inducing variables u = L[f] of the GP prior itself (an
+    #: inter-domain transform or point values), so that the joint covariance [[Kuu, Kuf], [Kfu, Kff]] is
+    #: positive semi-definite: Kff − Qff ⪰ 0 and the collapsed bound lies below log p(y). Weight-space
+    #: features (random Fourier features) approximate the kernel instead and set it False.
+    covariance_of_prior: bool = True
+
+    #: Whether the family's Kuf depends on the kernel only through an input map (the non-empty
+    #: :attr:`kuf_kernel_fields`) and its registered ``sufficient_statistics`` makes one pass over chunks
+    #: of rows with that map fixed (``chunk_size``), never forming Kuf: the three stages of
+    #: :func:`~ppl_sparsegp.fit_spherical` (the map from a subsample, one pass, the rest at O(M³)).
+    one_pass_with_fixed_map: bool = False
+
     def refined(self) -> "InducingFeature":
         """A finer feature of the same family (the refinement check's alternative): VFF doubles its
         highest frequency on the same box. Families without a rule raise ``NotImplementedError``."""
@@ -163,6 +175,44 @@ class InducingFeature(Module):
         :returns: the advice, one clause.
         """
         return "increase the number of features"
+
+    def check_free_hyperparameters(self, kernel, what: str):
+        """Refuse a kernel template whose free hyperparameters (priors, Params) this family cannot follow,
+        before a model samples them (the own-model primitives' entry check): VFF with a periodic kernel
+        fixes the period (the box is one period). Families with such a rule override; the default accepts.
+
+        :param kernel: the kernel (template or concrete).
+        :param what: the argument's name for the message (e.g. ``"gps['trend']"``).
+        :raises ValueError: naming ``what``, the hyperparameter and the fix.
+        """
+
+    @property
+    def inducing_inputs(self):
+        """The (M, D) input locations when the inducing variables are values of f there (inducing
+        points; their Kuf is k(Z, X), so Kuf at Z and X is one kernel call), else None."""
+        return None
+
+    def refinement_note(self, finer: "InducingFeature", nu) -> str:
+        """What the refinement check's summary adds after "M → M' features" for these features and their
+        refinement ``finer`` (VFF: the lengthscales each resolves); "" by default.
+
+        :param finer: :meth:`refined` of these features (as the check applied it).
+        :param nu: the Matérn order of the GP's kernel, or None.
+        """
+        return ""
+
+    def refinement_advice(self, name: str, shortest, nu):
+        """``(features, advice)`` for the next fit of the GP ``name`` after a failed refinement check
+        (:func:`~ppl_sparsegp.diagnostics.refinement_check`), or None where the family has no rule (the
+        check then proposes to refit with the refined features). VFF: the same box with the frequencies
+        that resolve ``shortest``.
+
+        :param name: the GP's name (its lengthscale site is ``{name}_kernel_lengthscale``).
+        :param shortest: the refined posterior's 5% lengthscale quantile, or None where unknown.
+        :param nu: the Matérn order of the GP's kernel, or None.
+        :returns: ``(InducingFeature, str)`` or None.
+        """
+        return None
 
     def warn_outside(self, X, name: str = "X_new", *, kernel=None):
         """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features

@@ -82,7 +82,7 @@ from numpyro.distributions import Distribution
 from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
-from ..parameters import is_concrete
+from ..parameters import Param, is_concrete
 from ..validation import (
     AKernel,
     Count,
@@ -237,6 +237,40 @@ class FourierFeatures(InducingFeature):
             tips.append(f"increase num_frequencies to {need} (to resolve the 5% lengthscale quantile "
                         f"{short:.3g} over that box)")
         return "; ".join(tips) or "increase num_frequencies"
+
+    def check_free_hyperparameters(self, kernel, what: str):
+        """A periodic kernel's period must be fixed: the box [a, b] is one period
+        (:meth:`~ppl_sparsegp.features.InducingFeature.check_free_hyperparameters`)."""
+        if isinstance(kernel, Periodic) and isinstance(kernel.period, (Distribution, Param)):
+            raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box [a, b] = "
+                             f"[{self.a:g}, {self.b:g}] is one period, so the period cannot be sampled; give "
+                             f"period={self.b - self.a:g} (a number), or use features that do not fix it "
+                             f"(InducingPoints) to learn the period")
+
+    def refinement_note(self, finer, nu) -> str:
+        """The lengthscales resolved before and after (:meth:`resolved_lengthscale`, 1% unresolved)."""
+        if nu is None:
+            return ""
+        return (f", resolving ℓ ≥ {self.resolved_lengthscale(nu):.3g} → {finer.resolved_lengthscale(nu):.3g} "
+                f"(Matérn-{nu:g}, 1% of the prior variance unresolved)")
+
+    def refinement_advice(self, name: str, shortest, nu):
+        """The same box (built from the prior, it serves its long lengthscales; a box for ℓ_min alone would
+        take them away) with the frequencies that resolve ``shortest`` at 1% of the prior variance, and at
+        least the refined count, under which the refined posterior was found
+        (:meth:`~ppl_sparsegp.features.InducingFeature.refinement_advice`). None without a Matérn ν."""
+        if nu is None:
+            return None
+        m = self.refined().num_frequencies
+        if shortest is not None and shortest > 0:
+            m = max(m, frequencies_needed(self.a, self.b, shortest, nu, 0.01))
+        new, site = FourierFeatures(self.a, self.b, m), f"{name}_kernel_lengthscale"
+        reach = "" if shortest is None else (f"{site}'s refined posterior reaches {shortest:.3g} (5% quantile) where "
+                                             f"the features resolve {self.resolved_lengthscale(nu):.3g}: ")
+        lengthscale = f"{shortest:.3g}" if shortest is not None else f"{new.resolved_lengthscale(nu):.3g}"
+        return new, (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the "
+                     f"same box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, "
+                     f"{lengthscale}, nu={nu:g}, max_lengthscale=<the lengthscale prior>))")
 
     def omegas(self, dtype=None):
         """ω_m = 2πm/(b − a), m = 0..M−1."""

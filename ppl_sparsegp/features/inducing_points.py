@@ -44,6 +44,12 @@ class InducingPoints(InducingFeature):
         """More inducing points, or better placed (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`)."""
         return "add inducing points (or place them where the data are)"
 
+    @property
+    def inducing_inputs(self):
+        """Z, (M, D): the inducing variables are the values of f there
+        (:attr:`~ppl_sparsegp.features.InducingFeature.inducing_inputs`)."""
+        return self.Z
+
     def check_inputs(self, X, name="X"):
         X = check_inputs(X, name)
         D = np.shape(self.Z.init if isinstance(self.Z, Param) else self.Z)[1]

@@ -89,6 +89,7 @@ class RandomFourierFeatures(InducingFeature):
 
     _params = ("frequencies",)
     moves_with_lengthscale = True  # Ω/ℓ: the functions move with ℓ
+    covariance_of_prior = False  # weight space: σ²ΦᵀΦ estimates k, so Kff − Qff is indefinite
 
     def __init__(self, frequencies):
         if is_concrete(frequencies):
@@ -203,6 +204,7 @@ class ImportanceFourierFeatures(InducingFeature):
     """
 
     _params = ("frequencies", "proposal")
+    covariance_of_prior = False  # weight space, as RandomFourierFeatures
 
     def __init__(self, frequencies, proposal):
         frequencies = jnp.asarray(frequencies, dtype=jnp.result_type(float))

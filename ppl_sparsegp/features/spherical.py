@@ -198,6 +198,7 @@ class SphericalHarmonicFeatures(InducingFeature):
     """
 
     kuf_kernel_fields = ("lengthscale", "bias")  # the input mapping x -> [x / s, b] / r
+    one_pass_with_fixed_map = True  # spherical_statistics, registered as sufficient_statistics (fit_spherical)
 
     _static = ("input_dim", "degrees", "data_box", "vanishing")
     _static_defaults = {"vanishing": None}  # fits saved before it: no rule, the degrees as saved
