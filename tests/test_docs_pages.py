@@ -5,9 +5,10 @@ The rule for a page's code fences (stated again in ``docs/architecture.md``'s te
 * ```` ```python ```` blocks and myst-nb ```` ```{code-cell} ipython3 ```` cells **run**: the blocks of a
   page are joined top to bottom into one script and executed as ``__main__`` in a fresh namespace (so
   they share names, as a reader running the page in one session would); a page may open with a short
-  setup block that defines its data. One process (``tests/page_runner.py``) runs every page in turn, so
-  the imports and the library's compiled programs are paid once; a page that hangs or takes the process
-  down fails with every thread's stack, and the pages after it run in a new process.
+  setup block that defines its data. One process (``tests/page_runner.py``) runs the pages of a file in
+  turn, so the imports and the library's compiled programs are paid once per file (every other page here,
+  the rest in ``test_docs_pages_second.py``, so that two workers share them); a page that hangs or takes
+  the process down fails with every thread's stack, and the pages after it run in a new process.
 * Anything that is not meant to run as it stands takes another fence language: ```` ```bash ```` for
   shell commands, ```` ```text ```` for fragments, output and pseudo-code. No other language is allowed
   for code (``test_fence_languages``), so a block cannot drop out of this test by a typo such as
@@ -138,8 +139,8 @@ def _run_pages(entries, folder):
 
 @pytest.fixture(scope="module")
 def page_results(request, tmp_path_factory):
-    """The result of every selected page, all run by one process (the imports and the library's compiled
-    programs shared: tests/page_runner.py)."""
+    """The result of every selected page of the requesting file, all run by one process (the imports and
+    the library's compiled programs shared: tests/page_runner.py)."""
     wanted = [item.callspec.params["page"] for item in request.session.items
               if getattr(item, "originalname", None) == "test_page_runs" and item.module is request.module]
     folder = tmp_path_factory.mktemp("pages")
@@ -153,8 +154,23 @@ def page_results(request, tmp_path_factory):
     return _run_pages(entries, folder)
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
-def test_page_runs(page, page_results):
+#: the pages run by this file and by ``test_docs_pages_second.py``: every other page of the sorted list, so
+#: that pytest-xdist's whole-file workers run the two halves side by side (one runner for all of them, ~100 s
+#: of CPU, was the suite's longest file and bounded its end; tests/conftest.py starts the longest files first)
+HALVES = (RUNNABLE[0::2], RUNNABLE[1::2])
+
+
+def test_the_halves_run_every_page_once():
+    assert sorted(HALVES[0] + HALVES[1]) == sorted(RUNNABLE) and not set(HALVES[0]) & set(HALVES[1])
+
+
+def check_page(page, page_results):
+    """The page ran without an exception; else its traceback, the failing block and page line named."""
     ok, error = page_results[page]
     where = _where(error, f"page_{page.stem}.py", script(page)[1])
     assert ok, f"{page.relative_to(ROOT)} fails{where}:\n" + error[-4000:]
+
+
+@pytest.mark.parametrize("page", HALVES[0], ids=[p.relative_to(ROOT / "docs").as_posix() for p in HALVES[0]])
+def test_page_runs(page, page_results):
+    check_page(page, page_results)
