@@ -5,9 +5,10 @@ The rule for a page's code fences (stated again in ``docs/architecture.md``'s te
 * ```` ```python ```` blocks and myst-nb ```` ```{code-cell} ipython3 ```` cells **run**: the blocks of a
   page are joined top to bottom into one script and executed as ``__main__`` in a fresh namespace (so
   they share names, as a reader running the page in one session would); a page may open with a short
-  setup block that defines its data. One process (``tests/page_runner.py``) runs every page in turn, so
-  the imports and the library's compiled programs are paid once; a page that hangs or takes the process
-  down fails with every thread's stack, and the pages after it run in a new process.
+  setup block that defines its data. One process (``tests/page_runner.py``) runs the pages of a file in
+  turn, so the imports and the library's compiled programs are paid once per file (every other page here,
+  the rest in ``test_docs_pages_second.py``, so that two workers share them); a page that hangs or takes
+  the process down fails with every thread's stack, and the pages after it run in a new process.
 * Anything that is not meant to run as it stands takes another fence language: ```` ```bash ```` for
   shell commands, ```` ```text ```` for fragments, output and pseudo-code. No other language is allowed
   for code (``test_fence_languages``), so a block cannot drop out of this test by a typo such as
@@ -117,6 +118,11 @@ def _page_env():
     return env
 
 
+#: the seconds each page took in this process's runs (``PPL_SPARSEGP_PAGE_TIMES=file.json`` writes them at the
+#: end of the module: what PAGE_SECONDS below is measured with)
+SECONDS = {}
+
+
 def _run_pages(entries, folder):
     """``{page: (ok, error text)}`` of ``entries`` [(page, script, cwd)], run in order by one
     ``tests/page_runner.py`` process; a page that hangs past ``TIMEOUT`` (the runner's faulthandler prints
@@ -134,6 +140,7 @@ def _run_pages(entries, folder):
         lines = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
         for r in lines:
             out[Path(r["page"])] = (r["ok"], r["error"] or "")
+            SECONDS[Path(r["page"]).relative_to(ROOT / "docs").as_posix()] = round(r["seconds"], 1)
         remaining = remaining[len(lines):]
         if remaining:  # the first page without a result hung or took the process down
             page = remaining.pop(0)[0]
@@ -144,8 +151,8 @@ def _run_pages(entries, folder):
 
 @pytest.fixture(scope="module")
 def page_results(request, tmp_path_factory):
-    """The result of every selected page, all run by one process (the imports and the library's compiled
-    programs shared: tests/page_runner.py)."""
+    """The result of every selected page of the requesting file, all run by one process (the imports and
+    the library's compiled programs shared: tests/page_runner.py)."""
     wanted = [item.callspec.params["page"] for item in request.session.items
               if getattr(item, "originalname", None) == "test_page_runs" and item.module is request.module]
     folder = tmp_path_factory.mktemp("pages")
@@ -156,12 +163,44 @@ def page_results(request, tmp_path_factory):
         path = cwd / f"page_{page.stem}.py"
         path.write_text(script(page)[0])
         entries.append((page, path, cwd))
-    return _run_pages(entries, folder), {page: cwd for page, _, cwd in entries}
+    results = _run_pages(entries, folder)
+    if os.environ.get("PPL_SPARSEGP_PAGE_TIMES"):
+        times = Path(os.environ["PPL_SPARSEGP_PAGE_TIMES"])
+        times.write_text(json.dumps({**(json.loads(times.read_text()) if times.exists() else {}), **SECONDS},
+                                    indent=1, sort_keys=True))
+    return results, {page: cwd for page, _, cwd in entries}
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=[p.relative_to(ROOT / "docs").as_posix() for p in RUNNABLE])
-def test_page_runs(page, page_results):
-    """The page's code runs, and writes every figure the page shows from ``/_generated/``."""
+#: seconds each page took in the page runner (the suite's flags, 2 cores, the other worker busy), measured
+#: with ``PPL_SPARSEGP_PAGE_TIMES=t.json pytest -n 2 tests/test_docs_pages*.py``; a page not listed counts as the median. The pages are split in two
+#: halves of about equal time, run by this file and ``test_docs_pages_second.py`` in their own runner
+#: processes, so that pytest-xdist's whole-file workers run them side by side (one runner for all of them was
+#: the suite's longest file and bounded its end; tests/conftest.py starts the longest files first).
+PAGE_SECONDS = {}
+
+
+def _halves(pages, seconds):
+    """Two lists of pages with sums of ``seconds`` as equal as a greedy longest-first split makes them."""
+    known = sorted(seconds.values())
+    default = known[len(known) // 2] if known else 1.0
+    halves, totals = ([], []), [0.0, 0.0]
+    for page in sorted(pages, key=lambda p: -seconds.get(p.relative_to(ROOT / "docs").as_posix(), default)):
+        i = totals.index(min(totals))
+        halves[i].append(page)
+        totals[i] += seconds.get(page.relative_to(ROOT / "docs").as_posix(), default)
+    return tuple(sorted(h) for h in halves)
+
+
+HALVES = _halves(RUNNABLE, PAGE_SECONDS)
+
+
+def test_the_halves_run_every_page_once():
+    assert sorted(HALVES[0] + HALVES[1]) == sorted(RUNNABLE) and not set(HALVES[0]) & set(HALVES[1])
+
+
+def check_page(page, page_results):
+    """The page ran without an exception (else its traceback, the failing block and page line named), and
+    wrote every figure the page shows from ``/_generated/``."""
     results, cwds = page_results
     ok, error = results[page]
     where = _where(error, f"page_{page.stem}.py", script(page)[1])
@@ -169,6 +208,11 @@ def test_page_runs(page, page_results):
     job = page.relative_to(ROOT / "docs").with_suffix("").as_posix()
     missing = [f for j, f in pagefigures.shown(page.read_text()) if j == job and not (cwds[page] / f).is_file()]
     assert not missing, f"{page.relative_to(ROOT)} shows {missing} but its code does not write them"
+
+
+@pytest.mark.parametrize("page", HALVES[0], ids=[p.relative_to(ROOT / "docs").as_posix() for p in HALVES[0]])
+def test_page_runs(page, page_results):
+    check_page(page, page_results)
 
 
 def test_generated_figures_have_a_job_and_a_fallback():
