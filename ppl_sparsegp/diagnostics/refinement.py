@@ -292,6 +292,10 @@ def _advised_feature(result, name, feature, nu):
     return FourierFeatures(feature.a, feature.b, m), short
 
 
+#: the Matérn class of each ν, for the advice's from_data call (the kernel's class gives ν)
+_MATERN_NAMES = {0.5: "Matern12", 1.5: "Matern32", 2.5: "Matern52"}
+
+
 def _advice(result, name, feature, nu):
     """The message's fix for one GP (None where there is none to give)."""
     advised = _advised_feature(result, name, feature, nu)
@@ -302,5 +306,6 @@ def _advice(result, name, feature, nu):
                                       f"features resolve {feature.resolved_lengthscale(nu):.3g}: ")
     lengthscale = f"{short:.3g}" if short is not None else f"{new.resolved_lengthscale(nu):.3g}"
     return (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the same "
-            f"box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, {lengthscale}, "
-            f"nu={nu:g}, max_lengthscale=<the lengthscale prior>))")
+            f"box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, "
+            f"{_MATERN_NAMES.get(float(nu), 'Matern32')}(1.0, {lengthscale}), max_lengthscale=<the lengthscale "
+            f"prior>))")

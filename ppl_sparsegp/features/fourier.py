@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Annotated
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -82,15 +82,18 @@ from numpyro.distributions import Distribution
 from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
-from ..parameters import is_concrete
+from ..parameters import Param, is_concrete
 from ..validation import (
     AKernel,
+    AnyOf,
+    ArrayOf,
     Count,
     Inputs,
+    InstanceOf,
     MaxMargin,
     MaybeCount,
     NonNegative,
-    Nu,
+    OrNone,
     Quantile,
     Real,
     Tolerance,
@@ -102,6 +105,12 @@ __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencie
            "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
+
+#: a lengthscale of a size rule: a positive number (or one per dimension) or its prior
+Lengthscale = Annotated[Any, AnyOf(ArrayOf(rank=(0, 1), positive=True),
+                                   InstanceOf("numpyro.distributions.Distribution", what="a NumPyro prior"))]
+#: ℓ_max of a size rule: None (from the lengthscale) or a :data:`Lengthscale`
+MaybeLengthscale = Annotated[Any, OrNone(Lengthscale.__metadata__[0])]
 
 
 class FourierFeatures(InducingFeature):
@@ -116,8 +125,9 @@ class FourierFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
-                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale: MaybeLengthscale = None, quantile: Quantile = 0.01,
+                  max_margin: MaxMargin = 1.0):
         """The box and M of the rule in the module docstring: [min x − pad, max x + pad] with
         pad = min(margin·ℓ_max, max(margin·ℓ_min, max_margin·span)) (span = max x − min x), and the
         fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance unresolved at
@@ -131,28 +141,33 @@ class FourierFeatures(InducingFeature):
         one span: 1.0% at ℓ = 0.5, 20% at ℓ = 1, most of it the near-linear part a parametric mean
         absorbs); :func:`~ppl_sparsegp.diagnostics.adequacy` reports it where the posterior goes there.
 
-        :param x: the 1-D inputs (any shape; only their range is used).
-        :param lengthscale: ℓ_min > 0, or the lengthscale's prior (a NumPyro distribution): then ℓ_min
-            and ℓ_max are its ``quantile`` and ``1 − quantile`` quantiles (:func:`lengthscale_range`).
-        :param nu: the Matérn order (0.5, 1.5 or 2.5).
+        :param X: the 1-D inputs (N,) or (N, 1) (only their range is used).
+        :param kernel: the kernel or kernel template the features serve: its class gives ν
+            (:class:`~ppl_sparsegp.Matern12`, :class:`~ppl_sparsegp.Matern32`,
+            :class:`~ppl_sparsegp.Matern52`), its lengthscale ℓ_min > 0 (a number), or its prior (a NumPyro
+            distribution): then ℓ_min and ℓ_max are the prior's ``quantile`` and ``1 − quantile``
+            quantiles (:func:`lengthscale_range`); a :class:`~ppl_sparsegp.Param` is read at its initial
+            value. The variance does not enter the rule. E.g. ``from_data(x, Matern52(1.0, ell_prior))``.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param margin: the box margin in lengthscales ℓ_max (≥ 0).
         :param max_lengthscale: ℓ_max, the longest lengthscale of interest, or the lengthscale's prior
             (its ``1 − quantile`` quantile). Default: the prior's upper quantile, or ℓ_min for a number,
-            so ``from_data(x, 0.5)`` sizes its box for ℓ ≈ 0.5 only; to resolve a short lengthscale
-            and keep the box that serves a prior's long ones, pass the prior here:
-            ``from_data(x, 0.5, max_lengthscale=ell_prior)``. :meth:`served_lengthscales` says which
-            lengthscales a feature serves.
+            so ``from_data(x, Matern32(1.0, 0.5))`` sizes its box for ℓ ≈ 0.5 only; to resolve a short
+            lengthscale and keep the box that serves a prior's long ones, pass the prior here:
+            ``from_data(x, Matern32(1.0, 0.5), max_lengthscale=ell_prior)``. :meth:`served_lengthscales`
+            says which lengthscales a feature serves.
         :param quantile: the prior's quantiles taken as ℓ_min and ℓ_max (default 1%: a posterior in the
             prior's tail is still resolved; it was 5%, which the refinement check showed too short).
         :param max_margin: the cap of the margin, in data spans (≥ 0, ``inf`` for none; it never goes below
             margin·ℓ_min).
-        :raises ValueError: for empty or non-finite x, a tolerance outside (0, 1), a negative margin.
+        :raises ValueError: for empty or non-finite X, a kernel other than Matérn ½, 3/2, 5/2, more than one
+            lengthscale, a tolerance outside (0, 1), a negative margin.
         """
-        _require_concrete(x, lengthscale, max_lengthscale)
-        x = np.asarray(x, dtype=float)
+        nu, lengthscale = _matern_template(kernel, "FourierFeatures.from_data")
+        _require_concrete(X, lengthscale, max_lengthscale)
+        x = np.asarray(X, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
-            raise ValueError("x must be a non-empty array of finite inputs")
+            raise ValueError("X must be a non-empty array of finite inputs")
         _check_scalar_lengthscale(lengthscale, max_lengthscale)
         lo, hi = (float(np.reshape(v, ())) for v in lengthscale_range(lengthscale, max_lengthscale, quantile))
         if not 0 < tolerance < 1:
@@ -262,7 +277,7 @@ class FourierFeatures(InducingFeature):
                     f"{name} has {int(out.sum())} of {x.size} points outside the box [a, b] = [{self.a:.4g}, "
                     f"{self.b:.4g}] of its FourierFeatures (from {x.min():.4g} to {x.max():.4g}): there the "
                     f"features resolve nothing and the prediction reverts to the prior; widen the box, e.g. "
-                    f"FourierFeatures.from_data(concatenate([x_train, x_new]), lengthscale)",
+                    f"FourierFeatures.from_data(concatenate([x_train, x_new]), kernel)",
                     OutsideDomainWarning, stacklevel=3)
         return X
 
@@ -292,7 +307,25 @@ def _require_concrete(*values):
         raise ValueError("FourierFeatures.from_data needs concrete inputs and a prior with fixed parameters: "
                          "it sizes the features (a static shape), which a value sampled in the model cannot "
                          "do. Build the features outside the model, e.g. feature = FourierFeatures.from_data("
-                         "t, ell_prior, nu=2.5) before defining the model, and use `feature` inside it")
+                         "t, Matern52(1.0, ell_prior)) before defining the model, and use `feature` inside it")
+
+
+def template_lengthscale(kernel):
+    """The lengthscale a size rule reads from a kernel template: a number or array as given, a prior (a
+    NumPyro distribution) as given, a :class:`~ppl_sparsegp.Param` at its initial value."""
+    value = kernel.lengthscale
+    return value.init if isinstance(value, Param) else value
+
+
+def _matern_template(kernel, where):
+    """(ν, lengthscale) of a Matérn kernel template for the VFF size rule; a clear error for another kernel."""
+    if not isinstance(kernel, SUPPORTED):
+        hint = (" (the periodic kernel: FourierFeatures(a, a + period, M), sized by resized or harmonics_needed)"
+                if isinstance(kernel, Periodic) else "")
+        raise ValueError(f"{where}: kernel must be a Matern12, Matern32 or Matern52 kernel (its class gives ν, "
+                         f"its lengthscale ℓ, a number or a prior), got {type(kernel).__name__}{hint}; e.g. "
+                         "Matern32(1.0, 0.3) or Matern52(1.0, ell_prior)")
+    return float(kernel.nu), template_lengthscale(kernel)
 
 
 def _prior_quantile(prior, q):

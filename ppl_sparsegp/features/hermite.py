@@ -43,6 +43,7 @@ from ..validation import (
     validated,
 )
 from .base import InducingFeature
+from .fourier import template_lengthscale
 from .orthogonal import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 
 __all__ = ["HermiteFeatures", "hermite_width", "hermite_unresolved"]
@@ -101,7 +102,7 @@ class HermiteFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
                   max_features: Count = 4096):
         r"""Hermite features sized for the data: centre c = mean(x), input scale σ_p = sd(x), and the
         fewest M that leave at most ``tolerance`` of the prior variance unresolved at every input, at
@@ -120,15 +121,22 @@ class HermiteFeatures(InducingFeature):
         features resolve a band of width ~ :math:`\sqrt{2M}` scales around c): past ``max_features`` the
         rule refuses and names the alternatives.
 
-        :param x: the 1-D inputs (at least two distinct values).
-        :param lengthscale: ℓ_min > 0, or the lengthscale's prior (ℓ_min is its ``quantile`` quantile,
-            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`).
+        :param X: the 1-D inputs (N,) or (N, 1) (at least two distinct values).
+        :param kernel: the :class:`~ppl_sparsegp.SquaredExponential` kernel or kernel template the features
+            serve (the one kernel Hermite features support), e.g. ``SquaredExponential(1.0, ell_prior)``: its
+            lengthscale is ℓ_min > 0 (a number), or its prior (ℓ_min is the prior's ``quantile`` quantile,
+            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
+            initial value); the variance does not enter the rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param max_features: the largest M the rule may return.
 
         References: 2. Rasmussen & Williams (2006), Gaussian processes for machine learning, §4.3.1.
         """
-        x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
+        if not isinstance(kernel, SquaredExponential):
+            raise ValueError(f"HermiteFeatures.from_data: kernel must be a SquaredExponential kernel (the one kernel "
+                             f"Hermite features support), e.g. SquaredExponential(1.0, 0.3), got "
+                             f"{type(kernel).__name__}; for a Matérn kernel use TrigonometricFeatures.from_data")
+        x, lo = rule_inputs(cls, X, template_lengthscale(kernel), tolerance, quantile)
         return cls._sized(x, lo, float(np.std(x)), float(np.mean(x)), tolerance, max_features)
 
     def refined(self) -> "HermiteFeatures":

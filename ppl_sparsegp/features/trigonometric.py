@@ -60,7 +60,7 @@ import numpy as np
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential, Stationary
+from ..kernels import Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
 from ..validation import (
@@ -74,6 +74,7 @@ from ..validation import (
     validated,
 )
 from .base import InducingFeature
+from .fourier import template_lengthscale
 from .orthogonal import (
     INV_SQRT_2PI,
     check_num_features,
@@ -174,9 +175,8 @@ class TrigonometricFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, kernel=SquaredExponential, tolerance: Tolerance = 0.01,
-                  quantile: Quantile = 0.05, basis: Annotated[str, OneOf(*BASES)] = "fourier",
-                  max_features: Count = 2048, **options):
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
+                  basis: Annotated[str, OneOf(*BASES)] = "fourier", max_features: Count = 2048, **options):
         r"""Trigonometric features sized for the data and a kernel family at ℓ_min: the centre c is the
         middle of the data's range; the band a is the smallest with at most ``tolerance``/2 of the
         prior's spectral mass outside [−a, a] (trapezoid rule on the kernel's spectral density: these
@@ -188,18 +188,22 @@ class TrigonometricFeatures(InducingFeature):
         ``num_quadrature`` is set to what the inputs need (:func:`quadrature_nodes`). M comes from ℓ_min
         (a shorter ℓ needs a wider band and more functions).
 
-        :param x: the 1-D inputs (at least two distinct values).
-        :param lengthscale: ℓ_min > 0, or its prior (ℓ_min is the ``quantile`` quantile).
-        :param kernel: the stationary kernel class (default :class:`~ppl_sparsegp.SquaredExponential`).
+        :param X: the 1-D inputs (N,) or (N, 1) (at least two distinct values).
+        :param kernel: the stationary kernel or kernel template the features serve (e.g.
+            ``SquaredExponential(1.0, 0.2)``, ``Matern52(1.0, ell_prior)``): its class gives the spectral
+            density, its lengthscale ℓ_min > 0 (a number, a scalar prior whose ``quantile`` quantile is
+            ℓ_min, or a :class:`~ppl_sparsegp.Param` at its initial value); the variance does not enter the
+            rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param basis: ``"fourier"`` or ``"dirichlet"``.
         :param max_features: the largest M the rule may return.
         :param options: other constructor arguments (``estimator``, ``num_samples``).
         """
-        if not (isinstance(kernel, type) and issubclass(kernel, Stationary)):
-            raise ValueError(f"kernel must be a stationary kernel class (e.g. psg.Matern32), got {kernel!r}")
-        x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
-        return cls._sized(x, kernel(1.0, lo), tolerance, basis, 0.5 * (float(x.min()) + float(x.max())),
+        if not isinstance(kernel, Stationary):
+            raise ValueError(f"TrigonometricFeatures.from_data: kernel must be a stationary kernel (its class gives "
+                             f"the spectral density, its lengthscale ℓ), e.g. Matern32(1.0, 0.3), got {kernel!r}")
+        x, lo = rule_inputs(cls, X, template_lengthscale(kernel), tolerance, quantile)
+        return cls._sized(x, type(kernel)(1.0, lo), tolerance, basis, 0.5 * (float(x.min()) + float(x.max())),
                           max_features, options)
 
     def refined(self) -> "TrigonometricFeatures":
@@ -207,7 +211,7 @@ class TrigonometricFeatures(InducingFeature):
         for a lengthscale half as long (the band scales as 1/ℓ, M with the band). Refused for a sampled band."""
         if not is_concrete(self.band):
             raise NotImplementedError("TrigonometricFeatures with a sampled band have no refinement rule: give the "
-                                      "band as a number (e.g. TrigonometricFeatures.from_data(x, prior))")
+                                      "band as a number (e.g. TrigonometricFeatures.from_data(x, kernel))")
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
             return type(self)(2 * self.M, 2 * float(self.band), basis=self.basis, estimator=self.estimator,
                               num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
