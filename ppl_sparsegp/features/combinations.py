@@ -21,6 +21,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,17 +34,30 @@ from ..kernels import Additive, Matern12, Matern32, Matern52, Product, check_inp
 from ..linalg import BlockDiag, Identity, Kronecker
 from ..validation import (
     AKernel,
+    AnyOf,
+    ArrayOf,
+    Count,
     Inputs,
+    InstanceOf,
     MaxMargin,
     MaybeCount,
     NonNegative,
+    NonNegativeInt,
     Quantile,
     Tolerance,
     validated,
 )
-from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
+from .base import (
+    InducingFeature,
+    MaybeLengthscale,
+    SequenceOf,
+    TooManyFeatures,
+    check_feature_cap,
+    constant_kuf,
+    matern_template,
+)
 from .float32 import warn_float32
-from .fourier import FourierFeatures, MaybeLengthscale, _matern_template, lengthscale_range
+from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
@@ -50,6 +65,8 @@ from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]
 
 _MATERN = {0.5: Matern12, 1.5: Matern32, 2.5: Matern52}
+#: inputs (N, D) or a Grid
+Points = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf(Grid, what="a Grid"))]
 
 
 class _PerDimension(InducingFeature):
@@ -98,7 +115,7 @@ class _PerDimension(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, X, kernel: AKernel, *, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+    def from_data(cls, X: Points, kernel: AKernel, *, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
                   max_lengthscale: MaybeLengthscale = None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
         dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
@@ -143,13 +160,13 @@ class _PerDimension(InducingFeature):
         where = f"{cls.__name__}.from_data"
         kernels = getattr(kernel, "kernels", None)
         if kernels is None:
-            nu, ell = _matern_template(kernel, where)
+            nu, ell = matern_template(kernel, where)
             return [nu] * D, *lengthscale_range(ell, max_lengthscale, quantile)
         if not isinstance(kernel, cls._combination) or len(kernels) != D:
             raise ValueError(f"{where}: kernel must be one Matérn kernel or a {cls._combination.__name__} of D = "
                              f"{D} Matérn kernels (one per input column), got {type(kernel).__name__} of "
                              f"{len(kernels)}")
-        parts = [_matern_template(k, f"{where}, kernel {d}") for d, k in enumerate(kernels)]
+        parts = [matern_template(k, f"{where}, kernel {d}") for d, k in enumerate(kernels)]
         ranges = [lengthscale_range(ell, None, quantile) for _, ell in parts]
         if any(np.size(r[0]) != 1 for r in ranges):
             raise ValueError(f"{where}: each kernel of the {cls._combination.__name__} acts on one input column: give "
@@ -190,7 +207,8 @@ class AdditiveFeatures(_PerDimension):
     _combination = Additive  # the kernel it serves (from_data reads one Matérn kernel per column from it)
 
     @staticmethod
-    def dimension_tolerance(tolerance: float, D: int) -> float:
+    @validated
+    def dimension_tolerance(tolerance: Tolerance, D: Count) -> float:
         """For :math:`k = \\sum_d k_d` the unresolved fraction at x is :math:`\\sum_d\\sigma_d^2 r_d(x_d) /
         \\sum_d\\sigma_d^2 \\le \\max_d r_d`: each dimension may leave the whole ``tolerance``."""
         return tolerance
@@ -199,8 +217,17 @@ class AdditiveFeatures(_PerDimension):
     def num_features(self):
         return sum(f.num_features for f in self.features)
 
-    def parts(self, kernel, X, d):
-        """Kuf of dimension d alone (rows of the other dimensions zeroed out), for per-covariate effects."""
+    @validated
+    def parts(self, kernel: AKernel, X: Points, d: Annotated[int, NonNegativeInt()]):
+        """Kuf of dimension d alone (rows of the other dimensions zeroed out), for per-covariate effects.
+
+        :param kernel: the additive kernel.
+        :param X: the inputs, (N, D) or a :class:`~ppl_sparsegp.grid.Grid`.
+        :param d: the dimension, 0 ≤ d < D.
+        :returns: (M, N), the rows of the other dimensions zero.
+        :raises ValueError: for d ≥ D."""
+        if d >= len(self.features):
+            raise ValueError(f"AdditiveFeatures.parts: d must be a dimension in [0, {len(self.features)}), got {d}")
         K = Kuf(self, kernel, X)
         start = sum(f.num_features for f in self.features[:d])
         mask = jnp.zeros(K.shape[0], K.dtype).at[start:start + self.features[d].num_features].set(1.0)
@@ -213,7 +240,8 @@ class KroneckerFeatures(_PerDimension):
     _combination = Product  # the kernel it serves (from_data reads one Matérn kernel per column from it)
 
     @staticmethod
-    def dimension_tolerance(tolerance: float, D: int) -> float:
+    @validated
+    def dimension_tolerance(tolerance: Tolerance, D: Count) -> float:
         """For :math:`k = \\prod_d k_d` with tensor-product features :math:`[Q_{ff}]_{xx} = \\prod_d
         [Q^{(d)}]_{x_dx_d}`, so the unresolved fraction is :math:`1 - \\prod_d(1 - r_d)`: each dimension
         leaves :math:`t_d = 1 - (1 - \\text{tolerance})^{1/D}` (≈ tolerance / D)."""
@@ -326,7 +354,10 @@ class AdditiveOrthogonal(AdditiveFeatures):
     :param features: a sequence of :class:`HermiteFeatures` / :class:`TrigonometricFeatures`, one per column.
     """
 
-    def __init__(self, features):
+    @validated
+    def __init__(self, features: Annotated[Any, SequenceOf(InstanceOf(HermiteFeatures, TrigonometricFeatures),
+                                                           "a non-empty list of HermiteFeatures / "
+                                                           "TrigonometricFeatures (one per input column)")]):
         features = tuple(features)
         if not features or not all(isinstance(f, (HermiteFeatures, TrigonometricFeatures)) for f in features):
             raise ValueError("features must be a non-empty sequence of HermiteFeatures / TrigonometricFeatures")

@@ -82,35 +82,39 @@ from numpyro.distributions import Distribution
 from ..covariances import Kuf, Kuu, kuf_basis
 from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
-from ..parameters import Param, is_concrete
+from ..parameters import is_concrete
 from ..validation import (
     AKernel,
-    AnyOf,
     ArrayOf,
     Count,
     Inputs,
-    InstanceOf,
     MaxMargin,
     MaybeCount,
     NonNegative,
-    OrNone,
+    Nu,
+    Positive,
     Quantile,
     Real,
     Tolerance,
     validated,
 )
-from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, check_feature_cap, constant_kuf
+from .base import (
+    FloatDtype,
+    InducingFeature,
+    Lengthscale,
+    MaybeLengthscale,
+    OutsideDomainWarning,
+    TooManyFeatures,
+    check_feature_cap,
+    constant_kuf,
+    matern_template,
+)
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
            "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
 
-#: a lengthscale of a size rule: a positive number (or one per dimension) or its prior
-Lengthscale = Annotated[Any, AnyOf(ArrayOf(rank=(0, 1), positive=True),
-                                   InstanceOf("numpyro.distributions.Distribution", what="a NumPyro prior"))]
-#: ℓ_max of a size rule: None (from the lengthscale) or a :data:`Lengthscale`
-MaybeLengthscale = Annotated[Any, OrNone(Lengthscale.__metadata__[0])]
 
 
 class FourierFeatures(InducingFeature):
@@ -163,7 +167,7 @@ class FourierFeatures(InducingFeature):
         :raises ValueError: for empty or non-finite X, a kernel other than Matérn ½, 3/2, 5/2, more than one
             lengthscale, a tolerance outside (0, 1), a negative margin.
         """
-        nu, lengthscale = _matern_template(kernel, "FourierFeatures.from_data")
+        nu, lengthscale = matern_template(kernel, "FourierFeatures.from_data")
         _require_concrete(X, lengthscale, max_lengthscale)
         x = np.asarray(X, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
@@ -198,7 +202,9 @@ class FourierFeatures(InducingFeature):
         half as long (:meth:`resolved_lengthscale`)."""
         return FourierFeatures(self.a, self.b, 2 * self.num_frequencies - 1)
 
-    def served_lengthscales(self, x, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0) -> tuple:
+    @validated
+    def served_lengthscales(self, x: Inputs, nu: Nu = 1.5, tolerance: Tolerance = 0.01,
+                            margin: NonNegative = 3.0) -> tuple:
         """(ℓ_short, ℓ_long): the lengthscales these features serve for inputs x. ℓ_short is
         :meth:`resolved_lengthscale` (shorter ones leave more than ``tolerance`` of the prior variance
         unresolved); ℓ_long = pad / margin, with pad the box's smaller margin beyond x, is the longest
@@ -208,7 +214,8 @@ class FourierFeatures(InducingFeature):
         pad = min(float(x.min()) - self.a, self.b - float(x.max()))
         return self.resolved_lengthscale(nu, tolerance), max(pad, 0.0) / margin if margin > 0 else math.inf
 
-    def resolved_lengthscale(self, nu: float = 1.5, tolerance: float = 0.01) -> float:
+    @validated
+    def resolved_lengthscale(self, nu: Nu = 1.5, tolerance: Tolerance = 0.01) -> float:
         """The shortest Matérn-ν lengthscale of which these frequencies leave at most ``tolerance`` of the
         prior variance unresolved (the inverse of the size rule :func:`frequencies_needed`)."""
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
@@ -253,8 +260,9 @@ class FourierFeatures(InducingFeature):
                         f"{short:.3g} over that box)")
         return "; ".join(tips) or "increase num_frequencies"
 
-    def omegas(self, dtype=None):
-        """ω_m = 2πm/(b − a), m = 0..M−1."""
+    @validated
+    def omegas(self, dtype: FloatDtype = None):
+        """ω_m = 2πm/(b − a), m = 0..M−1, of ``dtype`` (default: the float of JAX's precision)."""
         w = 2 * math.pi * np.arange(self.num_frequencies) / (self.b - self.a)  # static: no program to compile
         return jnp.asarray(w, dtype=jnp.result_type(float) if dtype is None else dtype)
 
@@ -281,12 +289,14 @@ class FourierFeatures(InducingFeature):
                     OutsideDomainWarning, stacklevel=3)
         return X
 
-    def inside(self, X) -> bool:
+    @validated
+    def inside(self, X: Inputs) -> bool:
         """Whether every input lies in [a, b] (then Kuf does not depend on the hyperparameters)."""
         x = np.asarray(X)
         return bool(np.all((x >= self.a) & (x <= self.b)))
 
-    def basis(self, x):
+    @validated
+    def basis(self, x: Annotated[Any, ArrayOf(rank=1)]):
         """The basis φ(x) = [1, cos ω_m(x−a), sin ω_m(x−a)] for a vector x: (2M−1, N)."""
         w = self.omegas(x.dtype)
         t = w[:, None] * (x[None, :] - self.a)
@@ -310,24 +320,6 @@ def _require_concrete(*values):
                          "t, Matern52(1.0, ell_prior)) before defining the model, and use `feature` inside it")
 
 
-def template_lengthscale(kernel):
-    """The lengthscale a size rule reads from a kernel template: a number or array as given, a prior (a
-    NumPyro distribution) as given, a :class:`~ppl_sparsegp.Param` at its initial value."""
-    value = kernel.lengthscale
-    return value.init if isinstance(value, Param) else value
-
-
-def _matern_template(kernel, where):
-    """(ν, lengthscale) of a Matérn kernel template for the VFF size rule; a clear error for another kernel."""
-    if not isinstance(kernel, SUPPORTED):
-        hint = (" (the periodic kernel: FourierFeatures(a, a + period, M), sized by resized or harmonics_needed)"
-                if isinstance(kernel, Periodic) else "")
-        raise ValueError(f"{where}: kernel must be a Matern12, Matern32 or Matern52 kernel (its class gives ν, "
-                         f"its lengthscale ℓ, a number or a prior), got {type(kernel).__name__}{hint}; e.g. "
-                         "Matern32(1.0, 0.3) or Matern52(1.0, ell_prior)")
-    return float(kernel.nu), template_lengthscale(kernel)
-
-
 def _prior_quantile(prior, q):
     """The q-quantile of a NumPyro distribution (``icdf`` where it has one, else 20 000 fixed-key draws),
     evaluated now even inside a model's trace (the prior's parameters are concrete there: NUTS traces the
@@ -344,7 +336,9 @@ def _prior_quantile(prior, q):
     return value
 
 
-def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01) -> tuple:
+@validated
+def lengthscale_range(lengthscale: Lengthscale, max_lengthscale: MaybeLengthscale = None,
+                      quantile: Quantile = 0.01) -> tuple:
     """(ℓ_min, ℓ_max): the shortest lengthscale the features must resolve (it sets M) and the longest
     (it sets the box margin: the edge effect reaches about one *actual* lengthscale into the box).
 
@@ -372,9 +366,19 @@ def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01)
     return lo, hi
 
 
-def spectral_tail(nu: float, T) -> np.ndarray:
+@validated
+def spectral_tail(nu: Nu, T: Annotated[Any, ArrayOf()]) -> np.ndarray:
     r"""The fraction of a 1-D Matérn-ν prior's variance at frequencies above Tλ:
-    :math:`1 - \int_0^T(1+t^2)^{-\nu-1/2}dt \big/ \int_0^\infty(1+t^2)^{-\nu-1/2}dt` (closed forms)."""
+    :math:`1 - \int_0^T(1+t^2)^{-\nu-1/2}dt \big/ \int_0^\infty(1+t^2)^{-\nu-1/2}dt` (closed forms).
+
+    :param nu: the Matérn order (0.5, 1.5 or 2.5).
+    :param T: the frequency in units of λ = √(2ν)/ℓ (a number or an array, ≥ 0).
+    :returns: the fraction, of T's shape."""
+    return _tail(nu, T)
+
+
+def _tail(nu, T):
+    """:func:`spectral_tail` unchecked (the bisection of :func:`resolved_frequency` calls it ~100 times)."""
     t = np.asarray(T, dtype=float)
     a = np.arctan(t)
     if nu == 0.5:
@@ -388,8 +392,17 @@ def spectral_tail(nu: float, T) -> np.ndarray:
     return 1.0 - inside
 
 
-def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolerance: float) -> int:
-    """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ)."""
+@validated
+def frequencies_needed(a: Annotated[float, Real()], b: Annotated[float, Real()], lengthscale: Positive, nu: Nu,
+                       tolerance: Tolerance) -> int:
+    """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ).
+
+    :param a: the box's left end; ``b`` its right end, b > a.
+    :param lengthscale: ℓ > 0, the shortest lengthscale to resolve; ``nu`` the Matérn order (0.5, 1.5, 2.5).
+    :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
+    :raises ValueError: for b ≤ a."""
+    if not a < b:
+        raise ValueError(f"frequencies_needed: the box must satisfy a < b, got a={a!r}, b={b!r}")
     T = resolved_frequency(nu, tolerance)
     return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (b - a) / (2 * math.pi))
 
@@ -398,7 +411,8 @@ def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolera
 MAX_FREQUENCIES = 20_000
 
 
-def harmonics_needed(kernel, tolerance: float, max_harmonics: int = MAX_FREQUENCIES) -> int:
+@validated
+def harmonics_needed(kernel: AKernel, tolerance: Tolerance, max_harmonics: Count = MAX_FREQUENCIES) -> int:
     r"""The size rule of the periodic kernel on one period: the fewest M whose truncated series leaves at
     most ``tolerance`` of σ² unresolved, :math:`1 - \sum_{j<M} q_j/\sigma^2 \le` tolerance (the same at
     every input: :math:`Q_{ff}(x, x) = \sum_{j<M} q_j`; ``Periodic.fourier_coefficients``). A shorter
@@ -410,8 +424,8 @@ def harmonics_needed(kernel, tolerance: float, max_harmonics: int = MAX_FREQUENC
     :raises ValueError: for a tolerance outside (0, 1); :class:`~ppl_sparsegp.features.TooManyFeatures` (a
         ``ValueError``) for one that needs more than ``max_harmonics`` harmonics.
     """
-    if not 0 < tolerance < 1:
-        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    if not isinstance(kernel, Periodic):
+        raise ValueError(f"harmonics_needed: kernel must be a Periodic kernel, got {type(kernel).__name__}")
     M = min(8, max_harmonics)
     while True:
         with jax.ensure_compile_time_eval():
@@ -450,14 +464,18 @@ def _check_scalar_lengthscale(lengthscale, max_lengthscale):
                              f"AdditiveFeatures.from_data or one FourierFeatures.from_data per column")
 
 
-def resolved_frequency(nu: float, tolerance: float) -> float:
-    r"""T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T)."""
+@validated
+def resolved_frequency(nu: Nu, tolerance: Tolerance) -> float:
+    r"""T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T).
+
+    :param nu: the Matérn order (0.5, 1.5 or 2.5).
+    :param tolerance: the tail fraction, in (0, 1)."""
     lo, hi = 0.0, 1.0
-    while spectral_tail(nu, hi) > tolerance:
+    while _tail(nu, hi) > tolerance:
         lo, hi = hi, 2 * hi
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if spectral_tail(nu, mid) > tolerance else (lo, mid)
+        lo, hi = (mid, hi) if _tail(nu, mid) > tolerance else (lo, mid)
     return hi
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -35,21 +36,27 @@ from ..linalg import Identity
 from ..parameters import Param, is_concrete
 from ..validation import (
     AKernel,
+    ArrayOf,
     Count,
     Inputs,
     MaybeCount,
+    Positive,
     Quantile,
+    Template,
     Tolerance,
     validated,
 )
-from .base import InducingFeature
-from .fourier import template_lengthscale
+from .base import InducingFeature, template_lengthscale
 from .orthogonal import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 
 __all__ = ["HermiteFeatures", "hermite_width", "hermite_unresolved"]
 
+#: positive finite numbers (a number or an array; a traced one is not judged)
+PositiveArray = Annotated[Any, ArrayOf(positive=True)]
 
-def hermite_width(lengthscale, input_scale):
+
+@validated
+def hermite_width(lengthscale: PositiveArray, input_scale: PositiveArray):
     r"""The Hermite width :math:`r = (\ell^2\sigma_p^2 + \ell^4/4)^{1/4}` (notes §1.4 [2]); always
     :math:`2r^2 > \ell^2`."""
     l2 = jnp.asarray(lengthscale) ** 2
@@ -57,7 +64,8 @@ def hermite_width(lengthscale, input_scale):
 
 
 
-def hermite_unresolved(lengthscale: float, input_scale: float, num_features: int) -> float:
+@validated
+def hermite_unresolved(lengthscale: Positive, input_scale: Positive, num_features: Count) -> float:
     r"""The fraction of the SE prior variance, averaged over inputs :math:`\mathcal N(c, \sigma_p^2)`,
     that M Hermite features leave unresolved: :math:`B^M` (:meth:`HermiteFeatures.from_data`)."""
     a, b = 0.25 / input_scale**2, 0.5 / lengthscale**2
@@ -95,7 +103,8 @@ class HermiteFeatures(InducingFeature):
     _positive = ("input_scale",)
 
     @validated
-    def __init__(self, num_features: Count, input_scale=1.0, centre=0.0):
+    def __init__(self, num_features: Count, input_scale: Annotated[Any, Template(rank=0)] = 1.0,
+                 centre: Annotated[Any, Template(rank=0, positive=False)] = 0.0):
         M = check_num_features(num_features)
         self._set(M=M, input_scale=scalar_field(input_scale, "input_scale", positive=True),
                   centre=scalar_field(centre, "centre"))
@@ -184,7 +193,8 @@ class HermiteFeatures(InducingFeature):
             raise ValueError(f"HermiteFeatures are 1-D: the kernel's lengthscale must be a scalar, got shape "
                              f"{np.shape(ls)}; for D > 1 use AdditiveOrthogonal with one 1-D kernel per input")
 
-    def width(self, kernel):
+    @validated
+    def width(self, kernel: AKernel):
         """The Hermite width r for this kernel's lengthscale."""
         return hermite_width(scalar_lengthscale(kernel), self.input_scale)
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -64,17 +64,24 @@ from ..kernels import Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
 from ..validation import (
+    AFeature,
     AKernel,
+    ArrayOf,
     Count,
     Inputs,
+    InstanceOf,
     MaybeCount,
+    NonNegative,
     OneOf,
+    OrNone,
+    Positive,
     Quantile,
+    RngKey,
+    Template,
     Tolerance,
     validated,
 )
-from .base import InducingFeature
-from .fourier import template_lengthscale
+from .base import InducingFeature, template_lengthscale
 from .orthogonal import (
     INV_SQRT_2PI,
     check_num_features,
@@ -93,7 +100,8 @@ BASES = ("fourier", "dirichlet")
 
 
 # --- trigonometric features ----------------------------------------------------------------------------
-def quadrature_nodes(band, reach, num_features):
+@validated
+def quadrature_nodes(band: Positive, reach: NonNegative, num_features: Count):
     r"""Gauss–Legendre nodes the exact TrigVOF Kuf needs: :math:`\lceil\Phi/2\rceil + 16` with
     :math:`\Phi = a\,\max|x - c| + \pi M/2` (see :class:`TrigonometricFeatures`).
 
@@ -158,9 +166,10 @@ class TrigonometricFeatures(InducingFeature):
     _positive = ("band",)
 
     @validated
-    def __init__(self, num_features: Count, band=1.0, *, basis: Annotated[str, OneOf(*BASES)] = "fourier",
+    def __init__(self, num_features: Count, band: Annotated[Any, Template(rank=0)] = 1.0, *,
+                 basis: Annotated[str, OneOf(*BASES)] = "fourier",
                  estimator: Annotated[str, OneOf(*ESTIMATORS)] = "exact", num_samples: Count = 50,
-                 num_quadrature: Count = 512, centre=0.0):
+                 num_quadrature: Count = 512, centre: Annotated[Any, Template(rank=0, positive=False)] = 0.0):
         M = check_num_features(num_features)
         if basis not in BASES:
             raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
@@ -290,7 +299,8 @@ class TrigonometricFeatures(InducingFeature):
             return (m > 0) & (m % 2 == 0)
         return (m + 1) % 2 == 0  # sin(πm(ω+a)/(2a)) is ±cos(πmω/(2a)) for odd m, ±sin for even m
 
-    def basis_functions(self, omega):
+    @validated
+    def basis_functions(self, omega: Annotated[Any, ArrayOf(rank=1)]):
         """:math:`\\psi_m(\\omega)` for ω in [−a, a], shape (M, len(ω))."""
         a = jnp.asarray(self.band)
         m = np.arange(self.M)
@@ -374,7 +384,11 @@ def _mc_sets(feature, kernel, x, rng_key):
     return _factors(feature, kernel, w1, weight, x), _factors(feature, kernel, w2, weight, x)
 
 
-def mc_moments(feature, kernel, X, q_mu, q_cov, rng_key):
+@validated
+def mc_moments(feature: AFeature, kernel: AKernel, X: Inputs, q_mu: Annotated[Any, ArrayOf(rank=1)],
+               q_cov: Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.linalg.base.LinearOperator",
+                                                       what="a linear operator (e.g. Dense(S))"))],
+               rng_key: RngKey):
     r"""Unbiased MC estimates ``(mu1, mu2, var)`` for one :class:`TrigonometricFeatures` [1, §3.3].
 
     ``mu1``, ``mu2``: independent estimates of :math:`\mu_n = K_{uf}[:,n]^\top\mathbf m`;
