@@ -162,14 +162,15 @@ class _PerDimension(InducingFeature):
         if kernels is None:
             nu, ell = matern_template(kernel, where)
             return [nu] * D, *lengthscale_range(ell, max_lengthscale, quantile)
+        kind = f"{'an' if cls._combination.__name__[0] in 'AEIOU' else 'a'} {cls._combination.__name__}"
         if not isinstance(kernel, cls._combination) or len(kernels) != D:
-            raise ValueError(f"{where}: kernel must be one Matérn kernel or a {cls._combination.__name__} of D = "
+            raise ValueError(f"{where}: kernel must be one Matérn kernel or {kind} of D = "
                              f"{D} Matérn kernels (one per input column), got {type(kernel).__name__} of "
                              f"{len(kernels)}")
         parts = [matern_template(k, f"{where}, kernel {d}") for d, k in enumerate(kernels)]
         ranges = [lengthscale_range(ell, None, quantile) for _, ell in parts]
         if any(np.size(r[0]) != 1 for r in ranges):
-            raise ValueError(f"{where}: each kernel of the {cls._combination.__name__} acts on one input column: give "
+            raise ValueError(f"{where}: each kernel of {kind} acts on one input column: give "
                              "each a scalar lengthscale (a number or a scalar prior)")
         lo = np.array([float(np.reshape(r[0], ())) for r in ranges])
         hi = np.array([float(np.reshape(r[1], ())) for r in ranges])
