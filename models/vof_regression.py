@@ -93,7 +93,7 @@ def build(args) -> ModelSpec:
     X, y = simulate(args.n, args.data_seed)
     options = {"basis": args.basis, "estimator": args.estimator, "num_samples": args.num_samples}
     if args.num_features is None:  # band and M by the rule at the data's lengthscale
-        rule = TrigonometricFeatures.from_data(X[:, 0], LENGTHSCALE, kernel=Matern52, tolerance=RULE_TOLERANCE,
+        rule = TrigonometricFeatures.from_data(X[:, 0], Matern52(1.0, LENGTHSCALE), tolerance=RULE_TOLERANCE,
                                                **options)
         # two nodes more than the rule's: its count sits at the ceiling's edge for these inputs, and the
         # inputs check (float32 centre) asks for one more

@@ -62,9 +62,9 @@ log_rate = 1.5 + np.sin(6 * t) + 0.6 * np.cos(17 * t)
 counts = rng.poisson(np.exp(log_rate))
 
 ell_prior = dist.LogNormal(np.log(0.1), 0.4)
-feature = FourierFeatures.from_data(t, ell_prior, tolerance=0.01)
-print(f"box [{feature.a:.3f}, {feature.b:.3f}], {feature.num_frequencies} frequencies")
 kernel = psg.Matern32(variance=dist.LogNormal(0.0, 1.0), lengthscale=ell_prior)
+feature = FourierFeatures.from_data(t, kernel, tolerance=0.01)  # ν from the kernel's class, ℓ from its prior
+print(f"box [{feature.a:.3f}, {feature.b:.3f}], {feature.num_frequencies} frequencies")
 
 
 def count_model(t, y=None, t_new=None):
@@ -136,7 +136,8 @@ def truth(s):
 z = truth(S) + 0.2 * rng.normal(size=n)
 
 ell_prior2 = dist.LogNormal(np.log(jnp.array([0.3, 0.5])), 0.3)
-feature2 = KroneckerFeatures.from_data(S, ell_prior2, tolerance=0.1 if QUICK else 0.02)
+feature2 = KroneckerFeatures.from_data(S, psg.Matern32(1.0, ell_prior2),
+                                       tolerance=0.1 if QUICK else 0.02)
 print("frequencies per axis:", [g.num_frequencies for g in feature2.features], "→",
       feature2.num_features, "features")
 
@@ -245,13 +246,13 @@ def fit_series(feature):
 
 
 # the old rule (the prior's 5% quantile, the margin uncapped) cannot resolve the truth
-coarse = FourierFeatures.from_data(t3, ell_prior3, nu=2.5, quantile=0.05,
+coarse = FourierFeatures.from_data(t3, psg.Matern52(1.0, ell_prior3), quantile=0.05,
                                    max_margin=np.inf)
 # the documented start: the prior's rule, then a pilot fit (type-II MAP from several
 # starts with refined features, a Laplace lower quantile of the lengthscale, a tolerance
 # set by the noise) chooses the frequencies for what the data support, keeping the
 # prior's box
-start = FourierFeatures.from_data(t3, ell_prior3, nu=2.5)
+start = FourierFeatures.from_data(t3, psg.Matern52(1.0, ell_prior3))
 chosen = psg.choose_features(series_model, t3, y3, start)
 resolved = chosen["trend"]
 needed = {k: round(v["lengthscale"], 3) for k, v in chosen.info["needed"].items()}

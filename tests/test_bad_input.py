@@ -175,10 +175,13 @@ CASES = [
     ("from_mcmc/draws instead of the MCMC object", lambda: diagnostics.from_mcmc(GOOD_DRAWS, ell_model),
      TypeError, ["mcmc", "from_samples"]),
     # --- the size rules -------------------------------------------------------------------------
-    ("from_data/two lengthscales", _fourier_from_data(x, [0.2, 0.4]), ValueError, ["lengthscale", "scalar"]),
-    ("from_data/absurd M", _fourier_from_data(x, 0.05, nu=0.5, tolerance=1e-9), ValueError,
+    ("from_data/two lengthscales", _fourier_from_data(x, psg.Matern32(1.0, [0.2, 0.4])), ValueError,
+     ["lengthscale", "scalar"]),
+    ("from_data/absurd M", _fourier_from_data(x, psg.Matern12(1.0, 0.05), tolerance=1e-9), ValueError,
      ["tolerance", "frequencies", "memory", "FourierFeatures(a, b"]),
-    ("from_data/tolerance 0", _fourier_from_data(x, 0.1, tolerance=0.0), ValueError, ["tolerance"]),
+    ("from_data/tolerance 0", _fourier_from_data(x, psg.Matern32(1.0, 0.1), tolerance=0.0), ValueError, ["tolerance"]),
+    ("from_data/a kernel without ν", _fourier_from_data(x, psg.SquaredExponential(1.0, 0.1)), ValueError,
+     ["kernel", "Matern32", "SquaredExponential"]),
     # --- spherical features ---------------------------------------------------------------------
     ("SphericalHarmonicFeatures.from_data/one column",
      lambda: SphericalHarmonicFeatures.from_data(x[:, None], psg.ArcCosine(order=1)), ValueError,

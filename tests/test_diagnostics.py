@@ -336,7 +336,7 @@ def test_adequacy_residual_fraction_against_a_dense_computation_and_its_advice()
         np.testing.assert_allclose(r, 1 - q.sum() / (40 * var), rtol=1e-8)
     assert not bad["ok"] and "increase num_frequencies to" in bad["message"] and "widen the box" in bad["message"]
     # the box rule at the shortest lengthscale, with a margin of 3 of the longest (0.6 = 12 × 0.05)
-    spanning = psg.FourierFeatures.from_data(x, 0.05, tolerance=0.01, margin=12.0)
+    spanning = psg.FourierFeatures.from_data(x, psg.Matern32(1.0, 0.05), tolerance=0.01, margin=12.0)
     good = diagnostics.adequacy(spanning, draws, x, kernel=template)
     assert good["ok"] and good["q95"] < 0.05, good["message"]
     with pytest.raises(ValueError, match="kernel="):

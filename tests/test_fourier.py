@@ -250,7 +250,7 @@ def test_box_rule_leaves_the_stated_residual_variance_at_the_data(kernel_cls, el
     from ppl_sparsegp.features.fourier import resolved_frequency
 
     x = 0.2 + (np.arange(64) + 0.5) / 64
-    f = FourierFeatures.from_data(x, ell, nu=kernel_cls.nu, tolerance=tol)
+    f = FourierFeatures.from_data(x, kernel_cls(1.0, ell), tolerance=tol)
     np.testing.assert_allclose([f.a, f.b], [x.min() - 3 * ell, x.max() + 3 * ell])
     k = kernel_cls(2.0, ell)
     Kuu = np.asarray(psg.Kuu(f, k).to_dense())
@@ -277,7 +277,7 @@ def test_per_dimension_box_rule_against_the_exact_gp(combination):
     ell, s2 = np.array([0.2, 0.3]), 1.0
     cls, comb, tol = ((AdditiveFeatures, psg.Additive, 0.01) if combination == "additive"
                       else (KroneckerFeatures, psg.Product, 0.03))
-    f = cls.from_data(X, ell, tolerance=tol)
+    f = cls.from_data(X, psg.Matern32(1.0, ell), tolerance=tol)
     for d, g in enumerate(f.features):
         np.testing.assert_allclose([g.a, g.b], [X[:, d].min() - 3 * ell[d], X[:, d].max() + 3 * ell[d]])
     k = comb([psg.Matern32(0.5, ell[0]), psg.Matern32(0.5 if combination == "additive" else 1.0, ell[1])])
@@ -311,23 +311,31 @@ def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
     gamma = dist.Gamma(4.0, 20.0)  # no icdf in NumPyro without tfp: the sample quantile, within its MC error
     np.testing.assert_allclose(lengthscale_range(gamma, quantile=0.1), stats.gamma.ppf([0.1, 0.9], 4.0, scale=1 / 20),
                                rtol=0.03)
-    a = FourierFeatures.from_data([0.0, 1.0], prior)
-    b = FourierFeatures.from_data([0.0, 1.0], float(lo), max_lengthscale=float(hi))
+    a = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, prior))
+    b = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, float(lo)), max_lengthscale=float(hi))
     assert (a.a, a.b, a.num_frequencies) == (b.a, b.b, b.num_frequencies)
     assert 3 * hi > 1.0 > 3 * lo  # the prior's upper quantile is long next to the span: the cap binds
     np.testing.assert_allclose([a.a, a.b], [-1.0, 2.0])
-    uncapped = FourierFeatures.from_data([0.0, 1.0], prior, max_margin=np.inf)
+    uncapped = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, prior), max_margin=np.inf)
     np.testing.assert_allclose([uncapped.a, uncapped.b], [-3 * hi, 1 + 3 * hi])
-    short = FourierFeatures.from_data([0.0, 1.0], 0.5)  # 3ℓ_min above the cap: the margin stays 3ℓ_min
+    short = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, 0.5))  # 3ℓ_min above the cap: margin 3ℓ_min
     np.testing.assert_allclose([short.a, short.b], [-1.5, 2.5])
-    f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), [0.1, 0.4])
+    f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), psg.Matern32(1.0, [0.1, 0.4]))
     assert f.features[0].b == pytest.approx(1.3) and f.features[1].b == pytest.approx(3.2)
+    # one kernel per column (a Product): the same boxes, each column's ν from its own kernel's class
+    per_column = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]),
+                                             psg.Product([psg.Matern32(1.0, 0.1), psg.Matern52(1.0, 0.4)]))
+    alone = FourierFeatures.from_data([0.0, 2.0], psg.Matern52(1.0, 0.4), tolerance=1 - 0.99 ** 0.5)
+    box = lambda g: (g.a, g.b, g.num_frequencies)  # noqa: E731
+    assert box(per_column.features[0]) == box(f.features[0]) and box(per_column.features[1]) == box(alone)
     with pytest.raises(ValueError, match="one entry per dimension"):
-        KroneckerFeatures.from_data(np.zeros((3, 2)), [0.1, 0.2, 0.3])
+        KroneckerFeatures.from_data(np.zeros((3, 2)), psg.Matern32(1.0, [0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match="Product of D = 2 Matérn kernels"):
+        KroneckerFeatures.from_data(np.zeros((3, 2)), psg.Additive([psg.Matern32(1.0, 0.1)] * 2))
     with pytest.raises(ValueError, match="positive values"):
-        FourierFeatures.from_data([0.0, 1.0], dist.Normal(0.0, 1.0))
+        FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, dist.Normal(0.0, 1.0)))
     with pytest.raises(ValueError, match="max_lengthscale"):
-        FourierFeatures.from_data([0.0, 1.0], 0.1, max_lengthscale=0.05)
+        FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, 0.1), max_lengthscale=0.05)
 
 
 @pytest.mark.parametrize("kernel_cls", [psg.Matern32, psg.Matern52])  # ½: measured in the docstring
@@ -341,9 +349,9 @@ def test_box_rule_from_a_prior_resolves_every_lengthscale_in_its_range(kernel_cl
 
     x = (np.arange(64) + 0.5) / 64
     prior, tol = dist.LogNormal(np.log(0.12), 0.5), 0.01
-    wide = FourierFeatures.from_data(x, prior, nu=kernel_cls.nu, tolerance=tol)
+    wide = FourierFeatures.from_data(x, kernel_cls(1.0, prior), tolerance=tol)
     lo, hi = (float(v) for v in lengthscale_range(prior))
-    narrow = FourierFeatures.from_data(x, lo, nu=kernel_cls.nu, tolerance=tol)
+    narrow = FourierFeatures.from_data(x, kernel_cls(1.0, lo), tolerance=tol)
 
     def resid(f, ell):
         k = kernel_cls(1.0, ell)
@@ -356,14 +364,17 @@ def test_box_rule_from_a_prior_resolves_every_lengthscale_in_its_range(kernel_cl
 
 
 def test_box_rule_rejects_bad_arguments():
+    k = psg.Matern32(1.0, 0.1)
     with pytest.raises(ValueError, match="lengthscale"):
-        FourierFeatures.from_data([0.0, 1.0], 0.0)
+        FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, [0.1, 0.2]))
     with pytest.raises(ValueError, match="tolerance"):
-        FourierFeatures.from_data([0.0, 1.0], 0.1, tolerance=1.5)
-    with pytest.raises(ValueError, match="nu"):
-        FourierFeatures.from_data([0.0, 1.0], 0.1, nu=2.0)
-    with pytest.raises(ValueError, match="x must"):
-        FourierFeatures.from_data([0.0, np.nan], 0.1)
+        FourierFeatures.from_data([0.0, 1.0], k, tolerance=1.5)
+    with pytest.raises(ValueError, match="Matern12, Matern32 or Matern52"):  # ν: the kernel's class
+        FourierFeatures.from_data([0.0, 1.0], psg.SquaredExponential(1.0, 0.1))
+    with pytest.raises(TypeError, match="unknown option nu="):  # the retired keyword
+        FourierFeatures.from_data([0.0, 1.0], k, nu=2.5)
+    with pytest.raises(ValueError, match="X must"):
+        FourierFeatures.from_data([0.0, np.nan], k)
 
 
 def test_kuf_inside_the_box_skips_the_edge_formulas_and_equals_them():
@@ -448,13 +459,14 @@ def test_from_data_inside_a_traced_model_reads_the_prior_as_numbers_or_says_to_b
 
     t = np.linspace(0.0, 10.0, 30)
     prior = dist.LogNormal(0.0, 0.5)
-    outside = FourierFeatures.from_data(t, prior, nu=2.5)
-    inside = jax.jit(lambda: jnp.asarray(FourierFeatures.from_data(t, prior, nu=2.5).num_frequencies))()
+    outside = FourierFeatures.from_data(t, psg.Matern52(1.0, prior))
+    kernel = psg.Matern52(1.0, prior)
+    inside = jax.jit(lambda: jnp.asarray(FourierFeatures.from_data(t, kernel).num_frequencies))()
     assert int(inside) == outside.num_frequencies
     with pytest.raises(ValueError, match="Build the features outside the model"):
-        jax.jit(lambda s: FourierFeatures.from_data(t, dist.LogNormal(0.0, s)).a)(0.5)
+        jax.jit(lambda s: FourierFeatures.from_data(t, psg.Matern32(1.0, dist.LogNormal(0.0, s))).a)(0.5)
     with pytest.raises(ValueError, match="Build the features outside the model"):
-        jax.jit(lambda x: FourierFeatures.from_data(x, prior).a)(jnp.asarray(t))
+        jax.jit(lambda x: FourierFeatures.from_data(x, psg.Matern32(1.0, prior)).a)(jnp.asarray(t))
 
 
 def test_from_data_with_a_number_and_the_prior_keeps_the_box_that_serves_the_prior():
@@ -466,10 +478,10 @@ def test_from_data_with_a_number_and_the_prior_keeps_the_box_that_serves_the_pri
     x = np.linspace(0.0, 38.0, 50)
     prior = dist.LogNormal(np.log(6.0), 0.5)
     hi = float(prior.icdf(0.99))
-    f = FourierFeatures.from_data(x, 0.5, nu=2.5, max_lengthscale=prior)
+    f = FourierFeatures.from_data(x, psg.Matern52(1.0, 0.5), max_lengthscale=prior)
     pad = min(3 * hi, max(1.5, 38.0))
     np.testing.assert_allclose([f.a, f.b], [-pad, 38.0 + pad])
-    narrow = FourierFeatures.from_data(x, 0.5, nu=2.5)
+    narrow = FourierFeatures.from_data(x, psg.Matern52(1.0, 0.5))
     np.testing.assert_allclose([narrow.a, narrow.b], [-1.5, 39.5])
     short, long = f.served_lengthscales(x, nu=2.5)
     assert short <= 0.5 < short * 1.1  # the rule's M is the fewest that resolve 0.5

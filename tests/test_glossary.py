@@ -96,8 +96,6 @@ def test_no_public_signature_uses_a_retired_name():
     assert not offenders, "retired parameter names (docs/glossary.md):\n" + "\n".join(sorted(offenders))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 50 item 5 (one from_data signature) is not done yet: remove this "
-                                      "mark when it lands")
 def test_from_data_takes_a_kernel_not_nu():
     """``from_data(X, kernel, ...)``: the kernel template's class gives ν; no family takes ``nu=`` or a
     bare ``lengthscale`` as its second argument."""

@@ -256,7 +256,7 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
         draws = _grid_posterior_draws(model, (xs, ys), "f_kernel_lengthscale", grid)
         return draws, diagnostics.refinement_check(model, draws, xs, ys, refit=refit, num_warmup=50, num_samples=50)
 
-    coarse = FourierFeatures.from_data(xs, prior, nu=2.5, quantile=0.05, max_margin=np.inf)
+    coarse = FourierFeatures.from_data(xs, psg.Matern52(1.0, prior), quantile=0.05, max_margin=np.inf)
     draws, bad = check(coarse, True)
     assert not bad["ok"] and "fails refinement" in bad["message"]
     site = "f_kernel_lengthscale"  # the importance weights and the refit each see the move
@@ -268,7 +268,7 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     assert f"FourierFeatures({advised.a:.6g}, {advised.b:.6g}, {advised.num_frequencies})" in bad["message"]
     _, again = check(advised, None)
     assert again["ok"], again["message"]
-    resolved, good = check(FourierFeatures.from_data(xs, prior, nu=2.5, tolerance=0.01 * noise**2), None)
+    resolved, good = check(FourierFeatures.from_data(xs, psg.Matern52(1.0, prior), tolerance=0.01 * noise**2), None)
     ells, ref = np.asarray(draws["f_kernel_lengthscale"]), np.asarray(resolved["f_kernel_lengthscale"])
     assert abs(ells.mean() - ref.mean()) > ref.std()  # the coarse features displaced the posterior
     assert good["ok"], good["message"]

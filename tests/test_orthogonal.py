@@ -138,16 +138,18 @@ def test_hermite_size_rule_resolves_every_input_and_the_density_average_is_the_e
         np.testing.assert_allclose(1.0 - np.mean(np.sum(K**2, 0)) / 2.0, hermite_unresolved(ell, 0.7, M),
                                    rtol=0.05)
     for x, ell, tol in ((rng.uniform(-1.0, 3.0, 300), 0.05, 0.01), (rng.standard_t(3, 300), 0.3, 1e-3)):
-        f = HermiteFeatures.from_data(x, ell, tolerance=tol)
+        f = HermiteFeatures.from_data(x, psg.SquaredExponential(1.0, ell), tolerance=tol)
         assert f.centre == pytest.approx(np.mean(x)) and f.input_scale == pytest.approx(np.std(x))
         resid = [1.0 - np.sum(np.asarray(psg.Kuf(HermiteFeatures(m, f.input_scale, f.centre),
                                                  psg.SquaredExponential(1.0, ell), x[:, None])) ** 2, 0)
                  for m in (f.M, f.M - 1)]
         assert resid[0].max() <= 1.05 * tol < 1.05 * resid[1].max()
     with pytest.raises(ValueError, match="heavy tails. Use FourierFeatures.from_data"):
-        HermiteFeatures.from_data(x, 0.3, tolerance=1e-3, max_features=64)
+        HermiteFeatures.from_data(x, psg.SquaredExponential(1.0, 0.3), tolerance=1e-3, max_features=64)
     with pytest.raises(ValueError, match="two distinct finite inputs"):
-        HermiteFeatures.from_data(np.ones(5), 0.3)
+        HermiteFeatures.from_data(np.ones(5), psg.SquaredExponential(1.0, 0.3))
+    with pytest.raises(ValueError, match="SquaredExponential kernel"):
+        HermiteFeatures.from_data(x, psg.Matern32(1.0, 0.3))
 
 
 # --- trigonometric ------------------------------------------------------------------------------------
@@ -165,15 +167,15 @@ def test_trig_size_rule_band_from_the_spectral_tail_and_m_resolving_every_input(
                              lambda a, ell: erfc(a * ell / math.sqrt(2.0))),
                             (psg.Matern32, rng.normal(2.0, 1.0, 200), 1.0,
                              lambda a, ell: spectral_tail(1.5, a * ell / math.sqrt(3.0)))):
-        f = TrigonometricFeatures.from_data(x, ell, kernel=K, tolerance=tol)
+        f = TrigonometricFeatures.from_data(x, K(1.0, ell), tolerance=tol)
         np.testing.assert_allclose(tail(float(f.band), ell), tol / 2, rtol=2e-3)
         assert f.centre == pytest.approx(0.5 * (x.min() + x.max()))
         resid = [1.0 - np.sum(np.asarray(psg.Kuf(f.replace(M=m), K(1.0, ell), x[:, None])) ** 2, 0)
                  for m in (f.M, f.M - 1)]
         assert resid[0].max() <= tol < resid[1].max()
         f.check_inputs(x[:, None])  # enough quadrature nodes
-    with pytest.raises(ValueError, match="stationary kernel class"):
-        TrigonometricFeatures.from_data(x, 0.5, kernel=psg.Matern32(1.0, 0.5))
+    with pytest.raises(ValueError, match="stationary kernel"):
+        TrigonometricFeatures.from_data(x, psg.Periodic(1.0, 0.5, 1.0))
 
 
 @pytest.mark.parametrize("basis_name", ["fourier", "dirichlet"])

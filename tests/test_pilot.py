@@ -21,7 +21,7 @@ XS = np.sort(_rng.uniform(0.0, 10.0, N))
 PRIOR = dist.LogNormal(np.log(3.0), 0.5)
 _K = np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XS)[:, None]))
 YS = np.linalg.cholesky(_K + 1e-9 * np.eye(N)) @ _rng.normal(size=N) + NOISE * _rng.normal(size=N)
-START = {"f": FourierFeatures.from_data(XS, PRIOR, nu=2.5)}  # the documented start: the prior's rule
+START = {"f": FourierFeatures.from_data(XS, psg.Matern52(1.0, PRIOR))}  # the documented start: the prior's rule
 
 
 def model(xs, ys, features=START):

@@ -56,7 +56,7 @@ def _shift(model, args, features, sites, axes, exact):
 _rng = np.random.default_rng(3)
 XT = np.sort(_rng.uniform(0.0, 10.0, 100))
 YT = _draw(np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XT)[:, None])), _rng)
-TRIG = {"f": TrigonometricFeatures.from_data(XT, PRIOR, kernel=psg.Matern52)}  # the prior's rule
+TRIG = {"f": TrigonometricFeatures.from_data(XT, psg.Matern52(1.0, PRIOR))}  # the prior's rule
 
 
 def trig_model(xs, ys, features=TRIG, exact=False):
@@ -72,7 +72,7 @@ def test_pilot_trigonometric_features_against_the_exact_gp():
     assert _shift(trig_model, (XT, YT), TRIG, sites, axes, exact)[0] > 1.0  # the prior's rule: measured 3.7 sd
     assert _shift(trig_model, (XT, YT), chosen, sites, axes, exact)[0] < 0.1, need  # measured 0.007 sd
     # the rule of from_data at the needed lengthscale and tolerance (band and M), the centre kept
-    ref = TrigonometricFeatures.from_data(XT, need["lengthscale"], kernel=psg.Matern52, tolerance=need["tolerance"])
+    ref = TrigonometricFeatures.from_data(XT, psg.Matern52(1.0, need["lengthscale"]), tolerance=need["tolerance"])
     assert (f.M, float(f.band)) == (ref.M, float(ref.band))
     assert need["lengthscale"] < 0.95 and need["tolerance"] == pytest.approx(0.01 * NOISE**2 / 1.0)
 
@@ -81,7 +81,7 @@ def test_pilot_trigonometric_features_against_the_exact_gp():
 _rng = np.random.default_rng(13)
 XE = np.sort(_rng.normal(0.0, 2.0, 100))
 YE = _draw(np.asarray(psg.SquaredExponential(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XE)[:, None])), _rng)
-HERM = {"f": HermiteFeatures.from_data(XE, PRIOR)}
+HERM = {"f": HermiteFeatures.from_data(XE, psg.SquaredExponential(1.0, PRIOR))}
 
 
 def hermite_model(xs, ys, features=HERM, exact=False):
@@ -97,7 +97,8 @@ def test_pilot_hermite_features_against_the_exact_gp():
     assert (float(f.input_scale), float(f.centre)) == (float(HERM["f"].input_scale), float(HERM["f"].centre))
     assert _shift(hermite_model, (XE, YE), HERM, sites, axes, exact)[0] > 1.0  # the prior's M = 13: 1.45 sd
     assert _shift(hermite_model, (XE, YE), chosen, sites, axes, exact)[0] < 0.1, need  # M = 29: 0.0004 sd
-    assert f.M == HermiteFeatures.from_data(XE, need["lengthscale"], tolerance=need["tolerance"]).M
+    assert f.M == HermiteFeatures.from_data(XE, psg.SquaredExponential(1.0, need["lengthscale"]),
+                                            tolerance=need["tolerance"]).M
     sweep = [14, 16, 18, 20, 24]  # measured shifts 1.36, 0.40, 0.094, 0.029, < 0.01 sd
     shifts = [_shift(hermite_model, (XE, YE), {"f": HermiteFeatures(M, f.input_scale, f.centre)}, sites, axes,
                      exact)[0] for M in sweep]
@@ -111,7 +112,7 @@ XA = _rng.uniform(0.0, 10.0, (120, 2))
 _KA = (np.asarray(psg.Matern52(0.5, float(PRIOR.icdf(0.01)))(jnp.asarray(XA[:, :1])))
        + np.asarray(psg.Matern52(0.5, 3.0)(jnp.asarray(XA[:, 1:]))))
 YA = _draw(_KA, _rng)
-ADD = {"f": AdditiveFeatures.from_data(XA, PRIOR, nu=2.5)}
+ADD = {"f": AdditiveFeatures.from_data(XA, psg.Additive([psg.Matern52(0.5, PRIOR), psg.Matern52(0.5, PRIOR)]))}
 
 
 def additive_model(xs, ys, features=ADD, exact=False):
@@ -144,7 +145,7 @@ _KS = (np.asarray(psg.Matern52(1.0, float(PRIOR.icdf(0.01)))(jnp.asarray(XS)[:, 
        + np.asarray(psg.Periodic(0.3, 0.3, 1.0)(jnp.asarray(XS)[:, None])))
 YS = _draw(_KS, _rng)
 PERIOD_PRIOR = dist.LogNormal(0.0, 0.5)  # the periodic lengthscale; the data's 0.3 sits at its 0.8% quantile
-SUM = {"trend": FourierFeatures.from_data(XS, PRIOR, nu=2.5), "season": FourierFeatures(0.0, 1.0, 4)}
+SUM = {"trend": FourierFeatures.from_data(XS, psg.Matern52(1.0, PRIOR)), "season": FourierFeatures(0.0, 1.0, 4)}
 
 
 def sum_model(xs, ys, features=SUM, exact=False):
@@ -189,7 +190,7 @@ def test_resized_per_dimension_by_each_dimensions_lengthscale(cls):
     lengthscale on its own box, at from_data's per-dimension tolerance (the Kronecker split
     1 − (1 − τ)^{1/D}, checked here through its definition)."""
     X = np.stack([np.linspace(0.0, 10.0, 50), np.linspace(-1.0, 1.0, 50)], 1)
-    start = cls.from_data(X, PRIOR, nu=1.5)
+    start = cls.from_data(X, psg.Matern32(1.0, PRIOR))
     combine = psg.Additive if cls is AdditiveFeatures else psg.Product
     kernel = combine([psg.Matern32(1.0, 0.5), psg.Matern32(1.0, 2.0)])
     new = start.resized(X, kernel, 1e-3)
@@ -197,7 +198,7 @@ def test_resized_per_dimension_by_each_dimensions_lengthscale(cls):
     for g, s, ell in zip(new.features, start.features, (0.5, 2.0)):
         assert (g.a, g.b) == (s.a, s.b)
         assert g.num_frequencies == frequencies_needed(s.a, s.b, ell, 1.5, t)
-    assert cls.from_data(X, PRIOR, nu=1.5).resized(X, psg.Matern32(1.0, 0.5), 1e-3) is None  # not per dimension
+    assert start.resized(X, psg.Matern32(1.0, 0.5), 1e-3) is None  # not per dimension
 
 
 def test_resized_keeps_the_domain_and_applies_the_family_rule():
@@ -247,7 +248,8 @@ def test_pilot_spherical_harmonic_features_against_the_exact_gp_and_a_sweep_of_t
 def test_pilot_keeps_a_family_without_a_rule_and_says_so():
     x = np.linspace(0.0, 5.0, 40)
     y = np.sin(x) + NOISE * np.random.default_rng(0).normal(size=40)
-    feats = {"trend": FourierFeatures.from_data(x, PRIOR, nu=2.5), "points": psg.InducingPoints(x[::8, None])}
+    feats = {"trend": FourierFeatures.from_data(x, psg.Matern52(1.0, PRIOR)),
+             "points": psg.InducingPoints(x[::8, None])}
 
     def model(xs, ys, features=feats):
         psg.marginal_spectral_gp("y", {"trend": (features["trend"], psg.Matern52(1.0, PRIOR)),
@@ -269,7 +271,7 @@ def test_pilot_refuses_a_choice_over_max_features_at_tiny_noise_naming_the_gp_an
     rng = np.random.default_rng(0)
     x = np.sort(rng.uniform(0.0, 10.0, 40))
     y, noise, prior = np.sin(2 * x) + 1e-5 * rng.normal(size=40), 1e-5, dist.LogNormal(0.0, 0.3)
-    feats = {"f": FourierFeatures.from_data(x, prior, nu=2.5)}
+    feats = {"f": FourierFeatures.from_data(x, psg.Matern52(1.0, prior))}
 
     def model(xs, ys, features=feats):
         psg.marginal_spectral_gp("y", {"f": (features["f"], psg.Matern52(1.0, prior))}, xs, ys, noise)
@@ -299,8 +301,8 @@ def _capped_cases():
         "periodic": (FourierFeatures(0.0, 1.0, 4), x, psg.Periodic(1.0, 0.05, 1.0), 1e-8),
         "hermite": (HermiteFeatures(5, 1.5, 0.5), x, psg.SquaredExponential(1.0, 0.05), 1e-6),
         "trig": (TrigonometricFeatures(5, 1.0, centre=0.5), x, psg.Matern52(1.0, 0.1), 1e-6),
-        "additive": (AdditiveFeatures.from_data(X2, PRIOR), X2, psg.Additive([m, m]), 1e-6),
-        "kronecker": (KroneckerFeatures.from_data(X2, PRIOR), X2, psg.Product([m, m]), 1e-6),
+        "additive": (AdditiveFeatures.from_data(X2, psg.Matern32(1.0, PRIOR)), X2, psg.Additive([m, m]), 1e-6),
+        "kronecker": (KroneckerFeatures.from_data(X2, psg.Matern32(1.0, PRIOR)), X2, psg.Product([m, m]), 1e-6),
         "spherical": (SphericalHarmonicFeatures(2, 2), X2, psg.ArcCosine(1), 1e-6),
     }
 

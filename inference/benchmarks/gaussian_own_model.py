@@ -23,7 +23,7 @@ pinned core (split the models over cores with ``--out``, ``--skip-gradients`` an
 each row records its own run lengths, ``run``, so rows of runs of different lengths merge):
 
 * **exact**: y ~ N(Hβ̄, K_trend + K_season + HBHᵀ + σ²I) by dense Cholesky (O(N³) per gradient);
-* **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, prior, nu=2.5,
+* **collapsed VFF**: ``marginal_spectral_gp`` with ``FourierFeatures.from_data(t, Matern52(1.0, prior),
   tolerance=0.01·σ_n²/σ_f²)`` (the rule's advice for Gaussian data at the true σ_n and σ_f, ``TOLERANCE``)
   for the trend and ``FourierFeatures(0, 1, 8)`` for the seasonal kernel, β integrated out;
 * **latent VFF**: the same features through ``spectral_gp`` (whitened inducing sites, β sampled, a
@@ -164,13 +164,13 @@ def features(t, setting, size_rule="advised"):
     before issue 29 as a user would have called it: the default tolerance, ℓ_min and ℓ_max the prior's
     5%/95% quantiles, the margin 3ℓ_max uncapped; the features that displaced the issue's posterior,
     which the refinement check must fail)."""
-    from ppl_sparsegp import FourierFeatures
+    from ppl_sparsegp import FourierFeatures, Matern52
 
     prior = priors(setting)["trend_ell"]
     truth = BIMODAL if setting == "bimodal" else TRUTH
     kw = {"advised": {"tolerance": 0.01 * truth["noise"] ** 2 / truth["trend_var"]}, "default": {},
           "old": {"quantile": 0.05, "max_margin": math.inf}}[size_rule]
-    return FourierFeatures.from_data(t, prior, nu=2.5, **kw), FourierFeatures(0.0, 1.0, SEASON_TERMS)
+    return FourierFeatures.from_data(t, Matern52(1.0, prior), **kw), FourierFeatures(0.0, 1.0, SEASON_TERMS)
 
 
 def models(t, H, setting, y=None):

@@ -207,10 +207,10 @@ def _fit_in_fresh_process(args, name, basis, seed):
 def bases(x):
     """(L, box) for the inputs x: HSGP's boundary L = c·S, c = max(1.2, 4.5 ℓ_min/S) with S the data's half-range
     (Riutort-Mayol et al. 2023), and VFF's box from :meth:`FourierFeatures.from_data` at ℓ_min."""
-    from ppl_sparsegp import FourierFeatures
+    from ppl_sparsegp import FourierFeatures, Matern32
 
     S = 0.5 * float(x.max() - x.min())
-    return max(1.2, 4.5 * ELL_MIN / S) * S, FourierFeatures.from_data(x, ELL_MIN)
+    return max(1.2, 4.5 * ELL_MIN / S) * S, FourierFeatures.from_data(x, Matern32(1.0, ELL_MIN))
 
 
 def _models(x, y, n, L, box):

@@ -101,9 +101,9 @@ def gradient_table(spec, basis, ell_min, *, rounds, repeats):
     import numpy as np
     from numpyro.infer.util import initialize_model
 
-    from ppl_sparsegp import FourierFeatures
+    from ppl_sparsegp import FourierFeatures, Matern32
 
-    rule = FourierFeatures.from_data([1 / 128, 127 / 128], ell_min)
+    rule = FourierFeatures.from_data([1 / 128, 127 / 128], Matern32(1.0, ell_min))
     rows = []
     for n in basis:
         compiled = {}
@@ -206,12 +206,12 @@ def configurations(basis: list, ell_min: float):
     """(name, kind, per-axis size, box, residual) rows: the main job, then per basis count HSGP and VFF
     (rule box with the projected process and with the expected log-likelihood, and the old [−1, 2])."""
     from models import pines
-    from ppl_sparsegp import FourierFeatures
+    from ppl_sparsegp import FourierFeatures, Matern32
 
     d = pines.default_feature()
     rows = [(f"VFF main job: M={d.num_frequencies}, box [{d.a:.2f}, {d.b:.2f}], {pines.RESIDUAL} (models/pines.py)",
              "vff", d.num_frequencies, (d.a, d.b), pines.RESIDUAL)]
-    rule = FourierFeatures.from_data([1 / 128, 127 / 128], ell_min)  # the box; M from the basis count
+    rule = FourierFeatures.from_data([1 / 128, 127 / 128], Matern32(1.0, ell_min))  # the box; M: the basis count
     for n in basis:
         M = (n + 1) // 2
         rows.append((f"HSGP m={n}", "hsgp", n, HSGP_C * 0.5, None))

@@ -1,9 +1,10 @@
 r"""A data-driven choice of the features of a user's own model: a cheap pilot fit before NUTS.
 
-The size rule :meth:`FourierFeatures.from_data(x, prior) <ppl_sparsegp.features.fourier.FourierFeatures.from_data>`
-reads the lengthscales from the prior. When the data put a lengthscale far into the prior's tail, or the
-noise is small against the signal (then 1 % of the prior variance left unresolved is as large as the
-noise variance), features sized by the prior displace the posterior, and only the refinement check says so.
+The size rule :meth:`FourierFeatures.from_data(x, kernel) <ppl_sparsegp.features.fourier.FourierFeatures.from_data>`
+reads the lengthscales from the prior of the kernel template (``Matern52(1.0, prior)``). When the data put a
+lengthscale far into the prior's tail, or the noise is small against the signal (then 1 % of the prior
+variance left unresolved is as large as the noise variance), features sized by the prior displace the
+posterior, and only the refinement check says so.
 :func:`choose_features` asks the data first:
 
 1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
@@ -230,9 +231,9 @@ def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annot
     spherical harmonics; the others are kept as given (``info["kept"]``).
 
     :param model: the NumPyro model, called ``model(*args, **kwargs)``; its features are read where
-        ``marginal_spectral_gp`` receives them (build them with ``FourierFeatures.from_data(x, prior)``,
-        the documented start) and the result is passed back as ``{gp name: feature}`` (e.g. a
-        ``features`` argument of the model).
+        ``marginal_spectral_gp`` receives them (build them with ``FourierFeatures.from_data(x, kernel)``, a
+        kernel template holding the prior: the documented start) and the result is passed back as
+        ``{gp name: feature}`` (e.g. a ``features`` argument of the model).
     :param args: the model's positional arguments (the data).
     :param exact_rows: the pilot's marginal is the exact GP (``marginal_spectral_gp(..., exact=True)``, the
         features ignored: its modes are the exact posterior's, wherever the data put the lengthscales) on

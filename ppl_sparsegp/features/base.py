@@ -7,14 +7,98 @@ The float32 warnings are :mod:`~ppl_sparsegp.features.float32`."""
 from __future__ import annotations
 
 import contextlib
+from typing import Annotated, Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from ..parameters import Module, is_concrete
-from ..validation import AKernel, Inputs, MaybeCount, Tolerance, validated
+from ..kernels import Matern12, Matern32, Matern52, Periodic
+from ..parameters import Module, Param, is_concrete
+from ..validation import (
+    AKernel,
+    AnyOf,
+    ArrayOf,
+    Check,
+    Inputs,
+    InstanceOf,
+    Integer,
+    InvalidArgument,
+    MaybeCount,
+    OrNone,
+    PositiveInt,
+    Tolerance,
+    WrongArgumentType,
+    validated,
+)
 from .float32 import Float32Warning  # noqa: F401  (re-exported: public here before)
 
 __all__ = ["InducingFeature", "OutsideDomainWarning", "Float32Warning", "TooManyFeatures", "refined_features"]
+
+
+class SequenceOf(Check):
+    """A non-empty list or tuple whose every element ``element`` allows (a family's parts, e.g. one
+    feature per input column); ``what`` names it in messages."""
+
+    def __init__(self, element: Check, what: str):
+        self.element, self.allowed = element, what
+
+    def problem(self, value):
+        if not isinstance(value, (list, tuple)):
+            return WrongArgumentType, f"of type {type(value).__name__}, not a list or tuple"
+        if not value:
+            return InvalidArgument, "empty"
+        bad = [i for i, v in enumerate(value) if self.element.problem(v) is not None]
+        return (WrongArgumentType, f"element {bad[0]} is a {type(value[bad[0]]).__name__}") if bad else None
+
+    def bad_values(self):
+        return [3, "x", [], [3]]
+
+
+#: a lengthscale of a size rule: a positive number (or one per dimension) or its prior
+Lengthscale = Annotated[Any, AnyOf(ArrayOf(rank=(0, 1), positive=True),
+                                   InstanceOf("numpyro.distributions.Distribution", what="a NumPyro prior"))]
+#: ℓ_max of a size rule: None (from the lengthscale) or a :data:`Lengthscale`
+MaybeLengthscale = Annotated[Any, OrNone(Lengthscale.__metadata__[0])]
+
+
+class _FloatDtype(Check):
+    """None or a floating dtype (``jnp.float32``, ``"float64"``, ``x.dtype``)."""
+
+    allowed = "None or a floating dtype (e.g. jnp.float32)"
+
+    def problem(self, value):
+        if value is None:
+            return None
+        try:
+            dtype = np.dtype(value)
+        except TypeError:
+            return WrongArgumentType, f"of type {type(value).__name__}, not a dtype"
+        return None if jnp.issubdtype(dtype, jnp.floating) else (InvalidArgument, f"not a floating dtype ({dtype})")
+
+    def bad_values(self):
+        return ["no such dtype", 3, "int32"]
+
+
+FloatDtype = Annotated[Any, _FloatDtype()]
+
+
+def template_lengthscale(kernel):
+    """The lengthscale a size rule reads from a kernel template: a number or array as given, a prior (a
+    NumPyro distribution) as given, a :class:`~ppl_sparsegp.Param` at its initial value."""
+    value = kernel.lengthscale
+    return value.init if isinstance(value, Param) else value
+
+
+def matern_template(kernel, where):
+    """(ν, lengthscale) of a Matérn kernel template for the VFF size rule; a clear error for another kernel."""
+    if not isinstance(kernel, (Matern12, Matern32, Matern52)):
+        hint = (" (the periodic kernel: FourierFeatures(a, a + period, M), sized by resized or harmonics_needed)"
+                if isinstance(kernel, Periodic) else "")
+        raise ValueError(f"{where}: kernel must be a Matern12, Matern32 or Matern52 kernel (its class gives ν, "
+                         f"its lengthscale ℓ, a number or a prior), got {type(kernel).__name__}{hint}; e.g. "
+                         "Matern32(1.0, 0.3) or Matern52(1.0, ell_prior)")
+    return float(kernel.nu), template_lengthscale(kernel)
 
 
 class OutsideDomainWarning(UserWarning):
@@ -32,7 +116,10 @@ class TooManyFeatures(ValueError):
     :param max_features: the cap.
     """
 
-    def __init__(self, message: str, wanted: int | None = None, max_features: int | None = None):
+    @validated
+    def __init__(self, message: Annotated[str, InstanceOf(str, what="a message (a string)")],
+                 wanted: Annotated[int | None, OrNone(Integer(1))] = None,
+                 max_features: MaybeCount = None):
         super().__init__(message)
         self.wanted, self.max_features = wanted, max_features
 
@@ -66,7 +153,8 @@ _REFINEMENT = []  # the active refined_features contexts (how many refinements e
 
 
 @contextlib.contextmanager
-def refined_features(times: int = 1):
+@validated  # inside: the generator function's own globals resolve the hint; checked when the context is made
+def refined_features(times: Annotated[int, PositiveInt()] = 1):
     """Run models with refined features: inside, :func:`~ppl_sparsegp.spectral_gp` and
     :func:`~ppl_sparsegp.marginal_spectral_gp` replace each feature by :meth:`InducingFeature.refined`
     (``times`` times), so a user's model runs unchanged with a finer approximation. The refinement check

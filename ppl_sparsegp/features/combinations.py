@@ -21,6 +21,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,20 +30,32 @@ import numpy as np
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
 from ..grid import Grid
-from ..kernels import Additive, Product, check_inputs
+from ..kernels import Additive, Matern12, Matern32, Matern52, Product, check_inputs
 from ..linalg import BlockDiag, Identity, Kronecker
 from ..validation import (
     AKernel,
+    AnyOf,
+    ArrayOf,
+    Count,
     Inputs,
+    InstanceOf,
     MaxMargin,
     MaybeCount,
     NonNegative,
-    Nu,
+    NonNegativeInt,
     Quantile,
     Tolerance,
     validated,
 )
-from .base import InducingFeature, TooManyFeatures, check_feature_cap, constant_kuf
+from .base import (
+    InducingFeature,
+    MaybeLengthscale,
+    SequenceOf,
+    TooManyFeatures,
+    check_feature_cap,
+    constant_kuf,
+    matern_template,
+)
 from .float32 import warn_float32
 from .fourier import FourierFeatures, lengthscale_range
 from .hermite import HermiteFeatures
@@ -49,6 +63,10 @@ from .inducing_points import InducingPoints
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
 
 __all__ = ["AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal"]
+
+_MATERN = {0.5: Matern12, 1.5: Matern32, 2.5: Matern52}
+#: inputs (N, D) or a Grid
+Points = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf(Grid, what="a Grid"))]
 
 
 class _PerDimension(InducingFeature):
@@ -97,22 +115,28 @@ class _PerDimension(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, X, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
-                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
+    def from_data(cls, X: Points, kernel: AKernel, *, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale: MaybeLengthscale = None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
         """Variational Fourier features per input dimension by :meth:`FourierFeatures.from_data`'s rule:
         dimension d gets the box [min x_d − pad_d, max x_d + pad_d] (pad_d = min(margin·ℓ_max,d,
         max(margin·ℓ_min,d, max_margin·span_d))) and the fewest
-        frequencies that leave a fraction t_d of its Matérn-ν prior variance unresolved at ℓ_min,d, with
+        frequencies that leave a fraction t_d of its Matérn-ν_d prior variance unresolved at ℓ_min,d, with
         t_d chosen so that the whole kernel's unresolved fraction is at most ``tolerance``
         (:meth:`dimension_tolerance`).
 
         :param X: inputs (N, D) or a :class:`~ppl_sparsegp.grid.Grid` (its axes).
-        :param lengthscale: the shortest lengthscale of interest, one for all dimensions or one per
-            dimension (D,), or a prior (a NumPyro distribution, batch shape () or (D,)): its ``quantile``
-            and ``1 − quantile`` quantiles are ℓ_min and ℓ_max
-            (:func:`~ppl_sparsegp.features.fourier.lengthscale_range`).
-        :param max_lengthscale: ℓ_max (scalar or (D,); default: the prior's upper quantile, or ℓ_min).
-        :param nu: the Matérn order of every dimension's kernel (0.5, 1.5 or 2.5).
+        :param kernel: the kernel or kernel template the features serve: the combination of D Matérn kernels
+            (:class:`~ppl_sparsegp.kernels.Additive` for :class:`AdditiveFeatures`,
+            :class:`~ppl_sparsegp.kernels.Product` for :class:`KroneckerFeatures`), kernel d giving
+            dimension d's ν (its class) and ℓ (a number or a scalar prior); or one Matérn kernel for every
+            dimension, its lengthscale one for all dimensions or one per dimension (D,), or a prior (batch
+            shape () or (D,)). A prior's ``quantile`` and ``1 − quantile`` quantiles are ℓ_min and ℓ_max
+            (:func:`~ppl_sparsegp.features.fourier.lengthscale_range`). E.g.
+            ``KroneckerFeatures.from_data(X, Matern32(1.0, [0.1, 0.4]))``.
+        :param max_lengthscale: ℓ_max (scalar or (D,), or a prior; default: the priors' upper quantiles, or
+            ℓ_min).
+        :raises ValueError: for X that is not (N, D), a kernel that is not Matérn or a combination of another
+            kind or size, lengthscales of another size than D.
         """
         axes = X.axes if isinstance(X, Grid) else None
         if axes is None:
@@ -121,14 +145,38 @@ class _PerDimension(InducingFeature):
                 raise ValueError(f"X must be a non-empty (N, D) array or a Grid, got shape {X.shape}")
             axes = [X[:, d] for d in range(X.shape[1])]
         D = len(axes)
-        lo, hi = lengthscale_range(lengthscale, max_lengthscale, quantile)
+        nus, lo, hi = cls._rule_lengthscales(kernel, D, max_lengthscale, quantile)
         if lo.shape not in ((), (1,), (D,)) or hi.shape not in ((), (1,), (D,)):
-            raise ValueError(f"lengthscale must be a scalar or have one entry per dimension ({D}), "
-                             f"got {lengthscale!r}")
+            raise ValueError(f"the kernel's lengthscale must be a scalar or have one entry per dimension ({D}), "
+                             f"got {kernel!r}")
         lo, hi, t = np.broadcast_to(lo, (D,)), np.broadcast_to(hi, (D,)), cls.dimension_tolerance(tolerance, D)
-        return cls([FourierFeatures.from_data(axes[d], float(lo[d]), nu=nu, tolerance=t, margin=margin,
-                                              max_lengthscale=float(hi[d]), max_margin=max_margin)
+        return cls([FourierFeatures.from_data(axes[d], _MATERN[nus[d]](1.0, float(lo[d])), tolerance=t,
+                                              margin=margin, max_lengthscale=float(hi[d]), max_margin=max_margin)
                     for d in range(D)])
+
+    @classmethod
+    def _rule_lengthscales(cls, kernel, D, max_lengthscale, quantile):
+        """(ν per dimension, ℓ_min, ℓ_max) of :meth:`from_data` from one Matérn kernel or a combination of D."""
+        where = f"{cls.__name__}.from_data"
+        kernels = getattr(kernel, "kernels", None)
+        if kernels is None:
+            nu, ell = matern_template(kernel, where)
+            return [nu] * D, *lengthscale_range(ell, max_lengthscale, quantile)
+        kind = f"{'an' if cls._combination.__name__[0] in 'AEIOU' else 'a'} {cls._combination.__name__}"
+        if not isinstance(kernel, cls._combination) or len(kernels) != D:
+            raise ValueError(f"{where}: kernel must be one Matérn kernel or {kind} of D = "
+                             f"{D} Matérn kernels (one per input column), got {type(kernel).__name__} of "
+                             f"{len(kernels)}")
+        parts = [matern_template(k, f"{where}, kernel {d}") for d, k in enumerate(kernels)]
+        ranges = [lengthscale_range(ell, None, quantile) for _, ell in parts]
+        if any(np.size(r[0]) != 1 for r in ranges):
+            raise ValueError(f"{where}: each kernel of {kind} acts on one input column: give "
+                             "each a scalar lengthscale (a number or a scalar prior)")
+        lo = np.array([float(np.reshape(r[0], ())) for r in ranges])
+        hi = np.array([float(np.reshape(r[1], ())) for r in ranges])
+        if max_lengthscale is not None:
+            _, hi = lengthscale_range(lo, max_lengthscale, quantile)
+        return [nu for nu, _ in parts], lo, hi
 
     def warn_outside(self, X, name="X_new", *, kernel=None):
         kernels = getattr(kernel, "kernels", None) or [None] * len(self.features)
@@ -157,8 +205,11 @@ class AdditiveFeatures(_PerDimension):
         input column d; see :meth:`from_data` for the rule that chooses them.
     :raises ValueError: for an empty sequence or an element that is not an InducingFeature."""
 
+    _combination = Additive  # the kernel it serves (from_data reads one Matérn kernel per column from it)
+
     @staticmethod
-    def dimension_tolerance(tolerance: float, D: int) -> float:
+    @validated
+    def dimension_tolerance(tolerance: Tolerance, D: Count) -> float:
         """For :math:`k = \\sum_d k_d` the unresolved fraction at x is :math:`\\sum_d\\sigma_d^2 r_d(x_d) /
         \\sum_d\\sigma_d^2 \\le \\max_d r_d`: each dimension may leave the whole ``tolerance``."""
         return tolerance
@@ -167,8 +218,17 @@ class AdditiveFeatures(_PerDimension):
     def num_features(self):
         return sum(f.num_features for f in self.features)
 
-    def parts(self, kernel, X, d):
-        """Kuf of dimension d alone (rows of the other dimensions zeroed out), for per-covariate effects."""
+    @validated
+    def parts(self, kernel: AKernel, X: Points, d: Annotated[int, NonNegativeInt()]):
+        """Kuf of dimension d alone (rows of the other dimensions zeroed out), for per-covariate effects.
+
+        :param kernel: the additive kernel.
+        :param X: the inputs, (N, D) or a :class:`~ppl_sparsegp.grid.Grid`.
+        :param d: the dimension, 0 ≤ d < D.
+        :returns: (M, N), the rows of the other dimensions zero.
+        :raises ValueError: for d ≥ D."""
+        if d >= len(self.features):
+            raise ValueError(f"AdditiveFeatures.parts: d must be a dimension in [0, {len(self.features)}), got {d}")
         K = Kuf(self, kernel, X)
         start = sum(f.num_features for f in self.features[:d])
         mask = jnp.zeros(K.shape[0], K.dtype).at[start:start + self.features[d].num_features].set(1.0)
@@ -178,8 +238,11 @@ class AdditiveFeatures(_PerDimension):
 class KroneckerFeatures(_PerDimension):
     """Tensor-product features for a product kernel; M = Π_d M_d."""
 
+    _combination = Product  # the kernel it serves (from_data reads one Matérn kernel per column from it)
+
     @staticmethod
-    def dimension_tolerance(tolerance: float, D: int) -> float:
+    @validated
+    def dimension_tolerance(tolerance: Tolerance, D: Count) -> float:
         """For :math:`k = \\prod_d k_d` with tensor-product features :math:`[Q_{ff}]_{xx} = \\prod_d
         [Q^{(d)}]_{x_dx_d}`, so the unresolved fraction is :math:`1 - \\prod_d(1 - r_d)`: each dimension
         leaves :math:`t_d = 1 - (1 - \\text{tolerance})^{1/D}` (≈ tolerance / D)."""
@@ -292,7 +355,10 @@ class AdditiveOrthogonal(AdditiveFeatures):
     :param features: a sequence of :class:`HermiteFeatures` / :class:`TrigonometricFeatures`, one per column.
     """
 
-    def __init__(self, features):
+    @validated
+    def __init__(self, features: Annotated[Any, SequenceOf(InstanceOf(HermiteFeatures, TrigonometricFeatures),
+                                                           "a non-empty list of HermiteFeatures / "
+                                                           "TrigonometricFeatures (one per input column)")]):
         features = tuple(features)
         if not features or not all(isinstance(f, (HermiteFeatures, TrigonometricFeatures)) for f in features):
             raise ValueError("features must be a non-empty sequence of HermiteFeatures / TrigonometricFeatures")

@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Annotated
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -85,23 +85,40 @@ from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import Param, is_concrete
 from ..validation import (
     AKernel,
+    ArrayOf,
     Count,
     Inputs,
     MaxMargin,
     MaybeCount,
     NonNegative,
     Nu,
+    Positive,
     Quantile,
     Real,
     Tolerance,
     validated,
 )
-from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, check_feature_cap, constant_kuf
+from .base import (
+    FloatDtype,
+    InducingFeature,
+    Lengthscale,
+    MaybeLengthscale,
+    OutsideDomainWarning,
+    TooManyFeatures,
+    check_feature_cap,
+    constant_kuf,
+    matern_template,
+)
 
 __all__ = ["FourierFeatures", "spectral_tail", "resolved_frequency", "frequencies_needed", "harmonics_needed",
            "lengthscale_range"]
 
 SUPPORTED = (Matern12, Matern32, Matern52)
+
+
+
+#: the Matérn class of each ν, for the refinement advice's from_data call (the kernel's class gives ν)
+_MATERN_NAMES = {0.5: "Matern12", 1.5: "Matern32", 2.5: "Matern52"}
 
 
 class FourierFeatures(InducingFeature):
@@ -116,8 +133,9 @@ class FourierFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, nu: Nu = 1.5, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
-                  max_lengthscale=None, quantile: Quantile = 0.01, max_margin: MaxMargin = 1.0):
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, margin: NonNegative = 3.0,
+                  max_lengthscale: MaybeLengthscale = None, quantile: Quantile = 0.01,
+                  max_margin: MaxMargin = 1.0):
         """The box and M of the rule in the module docstring: [min x − pad, max x + pad] with
         pad = min(margin·ℓ_max, max(margin·ℓ_min, max_margin·span)) (span = max x − min x), and the
         fewest frequencies that leave at most ``tolerance`` of the Matérn-ν prior variance unresolved at
@@ -131,28 +149,33 @@ class FourierFeatures(InducingFeature):
         one span: 1.0% at ℓ = 0.5, 20% at ℓ = 1, most of it the near-linear part a parametric mean
         absorbs); :func:`~ppl_sparsegp.diagnostics.adequacy` reports it where the posterior goes there.
 
-        :param x: the 1-D inputs (any shape; only their range is used).
-        :param lengthscale: ℓ_min > 0, or the lengthscale's prior (a NumPyro distribution): then ℓ_min
-            and ℓ_max are its ``quantile`` and ``1 − quantile`` quantiles (:func:`lengthscale_range`).
-        :param nu: the Matérn order (0.5, 1.5 or 2.5).
+        :param X: the 1-D inputs (N,) or (N, 1) (only their range is used).
+        :param kernel: the kernel or kernel template the features serve: its class gives ν
+            (:class:`~ppl_sparsegp.Matern12`, :class:`~ppl_sparsegp.Matern32`,
+            :class:`~ppl_sparsegp.Matern52`), its lengthscale ℓ_min > 0 (a number), or its prior (a NumPyro
+            distribution): then ℓ_min and ℓ_max are the prior's ``quantile`` and ``1 − quantile``
+            quantiles (:func:`lengthscale_range`); a :class:`~ppl_sparsegp.Param` is read at its initial
+            value. The variance does not enter the rule. E.g. ``from_data(x, Matern52(1.0, ell_prior))``.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param margin: the box margin in lengthscales ℓ_max (≥ 0).
         :param max_lengthscale: ℓ_max, the longest lengthscale of interest, or the lengthscale's prior
             (its ``1 − quantile`` quantile). Default: the prior's upper quantile, or ℓ_min for a number,
-            so ``from_data(x, 0.5)`` sizes its box for ℓ ≈ 0.5 only; to resolve a short lengthscale
-            and keep the box that serves a prior's long ones, pass the prior here:
-            ``from_data(x, 0.5, max_lengthscale=ell_prior)``. :meth:`served_lengthscales` says which
-            lengthscales a feature serves.
+            so ``from_data(x, Matern32(1.0, 0.5))`` sizes its box for ℓ ≈ 0.5 only; to resolve a short
+            lengthscale and keep the box that serves a prior's long ones, pass the prior here:
+            ``from_data(x, Matern32(1.0, 0.5), max_lengthscale=ell_prior)``. :meth:`served_lengthscales`
+            says which lengthscales a feature serves.
         :param quantile: the prior's quantiles taken as ℓ_min and ℓ_max (default 1%: a posterior in the
             prior's tail is still resolved; it was 5%, which the refinement check showed too short).
         :param max_margin: the cap of the margin, in data spans (≥ 0, ``inf`` for none; it never goes below
             margin·ℓ_min).
-        :raises ValueError: for empty or non-finite x, a tolerance outside (0, 1), a negative margin.
+        :raises ValueError: for empty or non-finite X, a kernel other than Matérn ½, 3/2, 5/2, more than one
+            lengthscale, a tolerance outside (0, 1), a negative margin.
         """
-        _require_concrete(x, lengthscale, max_lengthscale)
-        x = np.asarray(x, dtype=float)
+        nu, lengthscale = matern_template(kernel, "FourierFeatures.from_data")
+        _require_concrete(X, lengthscale, max_lengthscale)
+        x = np.asarray(X, dtype=float)
         if x.size == 0 or not np.all(np.isfinite(x)):
-            raise ValueError("x must be a non-empty array of finite inputs")
+            raise ValueError("X must be a non-empty array of finite inputs")
         _check_scalar_lengthscale(lengthscale, max_lengthscale)
         lo, hi = (float(np.reshape(v, ())) for v in lengthscale_range(lengthscale, max_lengthscale, quantile))
         if not 0 < tolerance < 1:
@@ -183,7 +206,9 @@ class FourierFeatures(InducingFeature):
         half as long (:meth:`resolved_lengthscale`)."""
         return FourierFeatures(self.a, self.b, 2 * self.num_frequencies - 1)
 
-    def served_lengthscales(self, x, nu: float = 1.5, tolerance: float = 0.01, margin: float = 3.0) -> tuple:
+    @validated
+    def served_lengthscales(self, x: Inputs, nu: Nu = 1.5, tolerance: Tolerance = 0.01,
+                            margin: NonNegative = 3.0) -> tuple:
         """(ℓ_short, ℓ_long): the lengthscales these features serve for inputs x. ℓ_short is
         :meth:`resolved_lengthscale` (shorter ones leave more than ``tolerance`` of the prior variance
         unresolved); ℓ_long = pad / margin, with pad the box's smaller margin beyond x, is the longest
@@ -193,7 +218,8 @@ class FourierFeatures(InducingFeature):
         pad = min(float(x.min()) - self.a, self.b - float(x.max()))
         return self.resolved_lengthscale(nu, tolerance), max(pad, 0.0) / margin if margin > 0 else math.inf
 
-    def resolved_lengthscale(self, nu: float = 1.5, tolerance: float = 0.01) -> float:
+    @validated
+    def resolved_lengthscale(self, nu: Nu = 1.5, tolerance: Tolerance = 0.01) -> float:
         """The shortest Matérn-ν lengthscale of which these frequencies leave at most ``tolerance`` of the
         prior variance unresolved (the inverse of the size rule :func:`frequencies_needed`)."""
         w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
@@ -270,10 +296,12 @@ class FourierFeatures(InducingFeature):
         lengthscale = f"{shortest:.3g}" if shortest is not None else f"{new.resolved_lengthscale(nu):.3g}"
         return new, (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the "
                      f"same box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, "
-                     f"{lengthscale}, nu={nu:g}, max_lengthscale=<the lengthscale prior>))")
+                     f"{_MATERN_NAMES.get(float(nu), 'Matern32')}(1.0, {lengthscale}), "
+                     f"max_lengthscale=<the lengthscale prior>))")
 
-    def omegas(self, dtype=None):
-        """ω_m = 2πm/(b − a), m = 0..M−1."""
+    @validated
+    def omegas(self, dtype: FloatDtype = None):
+        """ω_m = 2πm/(b − a), m = 0..M−1, of ``dtype`` (default: the float of JAX's precision)."""
         w = 2 * math.pi * np.arange(self.num_frequencies) / (self.b - self.a)  # static: no program to compile
         return jnp.asarray(w, dtype=jnp.result_type(float) if dtype is None else dtype)
 
@@ -296,16 +324,18 @@ class FourierFeatures(InducingFeature):
                     f"{name} has {int(out.sum())} of {x.size} points outside the box [a, b] = [{self.a:.4g}, "
                     f"{self.b:.4g}] of its FourierFeatures (from {x.min():.4g} to {x.max():.4g}): there the "
                     f"features resolve nothing and the prediction reverts to the prior; widen the box, e.g. "
-                    f"FourierFeatures.from_data(concatenate([x_train, x_new]), lengthscale)",
+                    f"FourierFeatures.from_data(concatenate([x_train, x_new]), kernel)",
                     OutsideDomainWarning, stacklevel=3)
         return X
 
-    def inside(self, X) -> bool:
+    @validated
+    def inside(self, X: Inputs) -> bool:
         """Whether every input lies in [a, b] (then Kuf does not depend on the hyperparameters)."""
         x = np.asarray(X)
         return bool(np.all((x >= self.a) & (x <= self.b)))
 
-    def basis(self, x):
+    @validated
+    def basis(self, x: Annotated[Any, ArrayOf(rank=1)]):
         """The basis φ(x) = [1, cos ω_m(x−a), sin ω_m(x−a)] for a vector x: (2M−1, N)."""
         w = self.omegas(x.dtype)
         t = w[:, None] * (x[None, :] - self.a)
@@ -326,7 +356,7 @@ def _require_concrete(*values):
         raise ValueError("FourierFeatures.from_data needs concrete inputs and a prior with fixed parameters: "
                          "it sizes the features (a static shape), which a value sampled in the model cannot "
                          "do. Build the features outside the model, e.g. feature = FourierFeatures.from_data("
-                         "t, ell_prior, nu=2.5) before defining the model, and use `feature` inside it")
+                         "t, Matern52(1.0, ell_prior)) before defining the model, and use `feature` inside it")
 
 
 def _prior_quantile(prior, q):
@@ -345,7 +375,9 @@ def _prior_quantile(prior, q):
     return value
 
 
-def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01) -> tuple:
+@validated
+def lengthscale_range(lengthscale: Lengthscale, max_lengthscale: MaybeLengthscale = None,
+                      quantile: Quantile = 0.01) -> tuple:
     """(ℓ_min, ℓ_max): the shortest lengthscale the features must resolve (it sets M) and the longest
     (it sets the box margin: the edge effect reaches about one *actual* lengthscale into the box).
 
@@ -373,9 +405,19 @@ def lengthscale_range(lengthscale, max_lengthscale=None, quantile: float = 0.01)
     return lo, hi
 
 
-def spectral_tail(nu: float, T) -> np.ndarray:
+@validated
+def spectral_tail(nu: Nu, T: Annotated[Any, ArrayOf()]) -> np.ndarray:
     r"""The fraction of a 1-D Matérn-ν prior's variance at frequencies above Tλ:
-    :math:`1 - \int_0^T(1+t^2)^{-\nu-1/2}dt \big/ \int_0^\infty(1+t^2)^{-\nu-1/2}dt` (closed forms)."""
+    :math:`1 - \int_0^T(1+t^2)^{-\nu-1/2}dt \big/ \int_0^\infty(1+t^2)^{-\nu-1/2}dt` (closed forms).
+
+    :param nu: the Matérn order (0.5, 1.5 or 2.5).
+    :param T: the frequency in units of λ = √(2ν)/ℓ (a number or an array, ≥ 0).
+    :returns: the fraction, of T's shape."""
+    return _tail(nu, T)
+
+
+def _tail(nu, T):
+    """:func:`spectral_tail` unchecked (the bisection of :func:`resolved_frequency` calls it ~100 times)."""
     t = np.asarray(T, dtype=float)
     a = np.arctan(t)
     if nu == 0.5:
@@ -389,8 +431,17 @@ def spectral_tail(nu: float, T) -> np.ndarray:
     return 1.0 - inside
 
 
-def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolerance: float) -> int:
-    """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ)."""
+@validated
+def frequencies_needed(a: Annotated[float, Real()], b: Annotated[float, Real()], lengthscale: Positive, nu: Nu,
+                       tolerance: Tolerance) -> int:
+    """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ).
+
+    :param a: the box's left end; ``b`` its right end, b > a.
+    :param lengthscale: ℓ > 0, the shortest lengthscale to resolve; ``nu`` the Matérn order (0.5, 1.5, 2.5).
+    :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
+    :raises ValueError: for b ≤ a."""
+    if not a < b:
+        raise ValueError(f"frequencies_needed: the box must satisfy a < b, got a={a!r}, b={b!r}")
     T = resolved_frequency(nu, tolerance)
     return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (b - a) / (2 * math.pi))
 
@@ -399,7 +450,8 @@ def frequencies_needed(a: float, b: float, lengthscale: float, nu: float, tolera
 MAX_FREQUENCIES = 20_000
 
 
-def harmonics_needed(kernel, tolerance: float, max_harmonics: int = MAX_FREQUENCIES) -> int:
+@validated
+def harmonics_needed(kernel: AKernel, tolerance: Tolerance, max_harmonics: Count = MAX_FREQUENCIES) -> int:
     r"""The size rule of the periodic kernel on one period: the fewest M whose truncated series leaves at
     most ``tolerance`` of σ² unresolved, :math:`1 - \sum_{j<M} q_j/\sigma^2 \le` tolerance (the same at
     every input: :math:`Q_{ff}(x, x) = \sum_{j<M} q_j`; ``Periodic.fourier_coefficients``). A shorter
@@ -411,8 +463,8 @@ def harmonics_needed(kernel, tolerance: float, max_harmonics: int = MAX_FREQUENC
     :raises ValueError: for a tolerance outside (0, 1); :class:`~ppl_sparsegp.features.TooManyFeatures` (a
         ``ValueError``) for one that needs more than ``max_harmonics`` harmonics.
     """
-    if not 0 < tolerance < 1:
-        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    if not isinstance(kernel, Periodic):
+        raise ValueError(f"harmonics_needed: kernel must be a Periodic kernel, got {type(kernel).__name__}")
     M = min(8, max_harmonics)
     while True:
         with jax.ensure_compile_time_eval():
@@ -451,14 +503,18 @@ def _check_scalar_lengthscale(lengthscale, max_lengthscale):
                              f"AdditiveFeatures.from_data or one FourierFeatures.from_data per column")
 
 
-def resolved_frequency(nu: float, tolerance: float) -> float:
-    r"""T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T)."""
+@validated
+def resolved_frequency(nu: Nu, tolerance: Tolerance) -> float:
+    r"""T with :func:`spectral_tail`\ (ν, T) = tolerance (bisection; the tail decreases in T).
+
+    :param nu: the Matérn order (0.5, 1.5 or 2.5).
+    :param tolerance: the tail fraction, in (0, 1)."""
     lo, hi = 0.0, 1.0
-    while spectral_tail(nu, hi) > tolerance:
+    while _tail(nu, hi) > tolerance:
         lo, hi = hi, 2 * hi
     for _ in range(100):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if spectral_tail(nu, mid) > tolerance else (lo, mid)
+        lo, hi = (mid, hi) if _tail(nu, mid) > tolerance else (lo, mid)
     return hi
 
 

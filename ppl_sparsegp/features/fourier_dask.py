@@ -30,7 +30,7 @@ parallelism is across tasks (workers × threads per worker), so give the workers
 A partition smaller than one group of chunks is padded (weight 0) to a power of two rows per device,
 so partitions of many sizes share a few compiled shapes per worker.
 
-**Prediction.** :func:`dask_conditional` maps the in-memory projection pass over X's row blocks
+**Prediction.** ``dask_conditional`` maps the in-memory projection pass over X's row blocks
 (``map_blocks``); the O(M²) operands (α, C, k(x, x)) enter the graph once, as one Delayed. It returns
 lazy Dask arrays (mean, var) with X's row chunks; nothing is computed until the caller computes them.
 
@@ -60,7 +60,9 @@ try:
 except ImportError as e:  # pragma: no cover - only reached for Dask inputs, so Dask is there
     raise ImportError("Dask inputs need Dask: pip install 'ppl-sparsegp[dask]'") from e
 
-__all__ = ["dask_statistics", "dask_conditional"]
+#: no public names: the Dask backends of fourier_statistics / fourier_conditional (the public entry points,
+#: which validate the arguments and pass Dask inputs here)
+__all__: list = []
 
 
 def _x64():

@@ -1,6 +1,6 @@
 r"""The per-chunk mathematics of VFF's one-pass statistics (:mod:`~ppl_sparsegp.features.fourier_statistics`):
 the sums :math:`A = \sum_n w_n\boldsymbol\phi_n\boldsymbol\phi_n^\top`, :math:`\mathbf c`, :math:`\mathbf f_1`
-of one chunk of rows (:func:`chunk_statistics`) and the predictive projections (:func:`chunk_projection`),
+of one chunk of rows (``chunk_statistics``) and the predictive projections (``chunk_projection``),
 by the dense basis or by non-uniform FFTs. The streaming over chunks and devices is
 ``features/fourier_streaming.py``.
 
@@ -34,7 +34,7 @@ i.e. about 1–2 × eps. **Documented guarantee: relative error < 1e-9 at the de
 
 **Prediction** uses the adjoints: the per-point quadratic form :math:`\boldsymbol\phi_n^\top C
 \boldsymbol\phi_n = \partial\langle C, A(\mathbf w)\rangle/\partial w_n` and the mean
-:math:`\boldsymbol\phi_n^\top\boldsymbol\alpha` are type-2 NUFFTs (:func:`chunk_projection`), so
+:math:`\boldsymbol\phi_n^\top\boldsymbol\alpha` are type-2 NUFFTs (``chunk_projection``), so
 :func:`~ppl_sparsegp.features.fourier_statistics.fourier_conditional` streams the predictive marginals of any
 number of points in O(n w² D²) too.
 
@@ -57,7 +57,9 @@ from functools import partial
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["chunk_statistics", "chunk_projection"]
+#: no public names: the chunk workers of the streaming pass (features/fourier_streaming.py), called on inputs
+#: that fourier_statistics / fourier_conditional validated (their entry points are public there)
+__all__: list = []
 
 
 class _Layout:
@@ -234,7 +236,7 @@ def chunk_statistics(features, method, eps, threads, X, w, y):
 def chunk_projection(features, method, eps, threads, X, a, C):
     """(φ_nᵀ a, φ_nᵀ C φ_n) for the rows of a chunk: the dense basis, or the adjoint NUFFTs (type 2).
 
-    :param features: ``method``, ``eps``, ``threads``, ``X``: as :func:`chunk_statistics`.
+    :param features: ``method``, ``eps``, ``threads``, ``X``: as ``chunk_statistics``.
     :param a: a vector (M,); ``C``: a symmetric matrix (M, M).
     :returns: two arrays (n,).
     """

@@ -41,6 +41,7 @@ References:
 from __future__ import annotations
 
 from functools import partial
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,21 @@ import numpy as np
 
 from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
 from ..kernels import Additive, Kernel, Matern12, Matern32, Matern52, constant_kernel_diagonal
+from ..validation import (
+    AFeature,
+    AKernel,
+    AnyOf,
+    ArrayOf,
+    Flag,
+    InstanceOf,
+    Integer,
+    MaybeCount,
+    Names,
+    OneOf,
+    OrNone,
+    Real,
+    validated,
+)
 from .combinations import AdditiveFeatures
 from .fourier import FourierFeatures
 from .fourier_streaming import (
@@ -61,7 +77,22 @@ from .fourier_streaming import (
     statistics_pass,
 )
 
-__all__ = ["fourier_statistics", "fourier_conditional", "fourier_box_features", "METHODS"]
+__all__ = ["fourier_statistics", "fourier_conditional", "METHODS"]  # fourier_box_features: a helper of the two
+
+
+#: inputs of any array kind, checked for their rank only (a memory-mapped or Dask array is not read to be
+#: checked: the pass refuses NaN/inf and values outside the box where it reads them)
+Rows = Annotated[Any, ArrayOf(rank=(1, 2), read=False)]
+Targets = Annotated[Any, AnyOf(ArrayOf(read=False), InstanceOf(str, what="a column name"))]  # its shape: the pass
+Eps = Annotated[float, Real(0.0, 1.0, low_open=True, high_open=True)]  # nufft: [1e-15, 1), checked by the pass
+_SPLIT = Integer(2)
+_SPLIT.allowed = "an integer ≥ 2"
+SplitEvery = Annotated[int, _SPLIT]
+MaybeNames = Annotated[Any, OrNone(Names())]
+Method = Annotated[str, OneOf(*METHODS)]
+Devices = Annotated[Any, OrNone(InstanceOf(list, tuple, what="a list of JAX devices (e.g. jax.devices())"))]
+MaybeOperator = Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.linalg.base.LinearOperator",
+                                                 what="a linear operator (e.g. Dense(S))"))]
 
 
 # --- features and inputs ----------------------------------------------------------------------------
@@ -84,8 +115,10 @@ def _finish(total) -> SufficientStatistics:
                                 f1=jnp.asarray(f1), ysum=jnp.asarray(ysum))
 
 
-def fourier_statistics(feature, X, y, *, columns=None, chunk_size: int | None = None, method: str = "dense",
-                       eps: float = 1e-12, devices=None, split_every: int = 8) -> SufficientStatistics:
+@validated
+def fourier_statistics(feature: AFeature, X: Rows, y: Targets, *, columns: MaybeNames = None,
+                       chunk_size: MaybeCount = None, method: Method = "dense", eps: Eps = 1e-12,
+                       devices: Devices = None, split_every: SplitEvery = 8) -> SufficientStatistics:
     r"""Sufficient statistics of the collapsed bound for VFF with all inputs in the box, in one pass.
 
     :param feature: a :class:`FourierFeatures` (1-D) or an :class:`AdditiveFeatures` of them (the
@@ -128,9 +161,11 @@ def fourier_statistics(feature, X, y, *, columns=None, chunk_size: int | None = 
                                     mesh=device_mesh(devices)))
 
 
-def fourier_conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, Kmm=None,
-                        columns=None, chunk_size: int | None = None, method: str = "dense",
-                        eps: float = 1e-12, devices=None):
+@validated
+def fourier_conditional(feature: AFeature, kernel: AKernel, X: Rows, q_mu: Annotated[Any, ArrayOf(rank=1)],
+                        q_cov: MaybeOperator = None, *, whiten: Flag = False, Kmm: MaybeOperator = None,
+                        columns: MaybeNames = None, chunk_size: MaybeCount = None, method: Method = "dense",
+                        eps: Eps = 1e-12, devices: Devices = None):
     r"""Streaming :func:`~ppl_sparsegp.conditionals.conditional` for VFF at inputs inside the box.
 
     Same mathematics and signature as ``conditional`` (mean :math:`\mathbf a_n^\top\mathbf m`,

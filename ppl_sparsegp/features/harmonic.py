@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -56,13 +57,48 @@ from ..groups import Group
 from ..kernels import Additive, Kernel, Product, Stationary, check_inputs
 from ..linalg import StackedBlockDiag
 from ..parameters import Param, is_concrete
+from ..validation import (
+    AKernel,
+    AName,
+    AnyOf,
+    ArrayOf,
+    Check,
+    Inputs,
+    InstanceOf,
+    OrNone,
+    Real,
+    WrongArgumentType,
+    validated,
+)
 from .base import InducingFeature
 from .float32 import warn_float32
 
 __all__ = ["HarmonicFeatures", "harmonic_gram", "check_invariance", "per_dimension_parameters"]
 
 
-def harmonic_gram(group: Group, kernel, X1, X2=None):
+
+class _AGroup(Check):
+    """A :class:`~ppl_sparsegp.groups.Group`."""
+
+    allowed = "a ppl_sparsegp.groups.Group (e.g. groups.Negation())"
+
+    def problem(self, value):
+        return None if isinstance(value, Group) else (WrongArgumentType, f"of type {type(value).__name__}")
+
+    def bad_values(self):
+        return [3, "x", None]
+
+    def example(self):
+        from ..groups import Negation
+        return Negation()
+
+
+AGroup = Annotated[Any, _AGroup()]
+MaybeInputs = Annotated[Any, OrNone(Inputs.__metadata__[0])]
+
+
+@validated
+def harmonic_gram(group: AGroup, kernel: AKernel, X1: Inputs, X2: MaybeInputs = None):
     r"""The real sub-kernel Gram matrices :math:`[k_t(X_1, X_2)]_t`, shape (T, N1, N2).
 
     :math:`k_t(\mathbf x,\mathbf x') = \sum_{\mathbf s} W_{t\mathbf s}\,k(\mathbf x, G^{\mathbf s}
@@ -76,7 +112,9 @@ def harmonic_gram(group: Group, kernel, X1, X2=None):
     return jnp.einsum("ts,isj->tij", W, K)  # Eq. (5) [1], real-paired
 
 
-def check_invariance(group: Group, kernel, X, *, rtol=None):
+@validated
+def check_invariance(group: AGroup, kernel: AKernel, X: Annotated[Any, ArrayOf()], *,
+                      rtol: Annotated[Any, OrNone(Real(0.0, None, low_open=True))] = None):
     """Raise ``ValueError`` unless :math:`k(G\\mathbf x, G\\mathbf x') = k(\\mathbf x, \\mathbf x')` for
     every way G of the group on a random probe around the points X (..., D). Concrete values only; runs
     eagerly even while tracing.
@@ -122,7 +160,8 @@ def _shape(value):
     return tuple(np.shape(value))
 
 
-def per_dimension_parameters(kernel, prefix: str = "kernel_") -> list:
+@validated
+def per_dimension_parameters(kernel: AKernel, prefix: AName = "kernel_") -> list:
     """``[(site, description)]`` for every part of a kernel (or kernel template) with one value per input
     dimension: a stationary lengthscale of size > 1 (array, tracer, Param or Distribution; only shapes
     are read, so it works under ``jit``) or a sum/product of per-dimension kernels. Site names follow
@@ -163,7 +202,10 @@ class HarmonicFeatures(InducingFeature):
     _params = ("Z",)
     _static = ("group", "jitter")
 
-    def __init__(self, group, Z, jitter=None):
+    @validated
+    def __init__(self, group: AGroup, Z: Annotated[Any, AnyOf(ArrayOf(rank=(2, 3), traced=False),
+                                                             InstanceOf(Param, what="a Param"))],
+                 jitter: Annotated[Any, OrNone(Real(0.0, None))] = None):
         if not isinstance(group, Group):
             raise ValueError(f"group must be a ppl_sparsegp.groups.Group, got {type(group).__name__}")
         Zc = Z.init if isinstance(Z, Param) else Z
@@ -232,7 +274,8 @@ class HarmonicFeatures(InducingFeature):
             return self.jitter
         return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5
 
-    def orbit_gram(self, kernel, X):
+    @validated
+    def orbit_gram(self, kernel: AKernel, X: Inputs):
         r""":math:`k(G^{\mathbf s}\mathbf z, \mathbf x)` for every group element and inducing input,
         shape (T̃, m, N) (shared Z) or (T̃, T, m, N)."""
         Z = self.Z
@@ -240,7 +283,8 @@ class HarmonicFeatures(InducingFeature):
         K = kernel(O.reshape(-1, Z.shape[-1]), X)
         return K.reshape(O.shape[:-1] + (X.shape[0],))
 
-    def sub_kernel_blocks(self, kernel):
+    @validated
+    def sub_kernel_blocks(self, kernel: AKernel):
         """The T blocks :math:`K_{t,uu}` without jitter, shape (T, m, m)."""
         Z, group = self.Z, self.group
         W = jnp.asarray(group.weights(), dtype=jnp.result_type(Z.dtype, float))

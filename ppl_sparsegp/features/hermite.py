@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -35,20 +36,27 @@ from ..linalg import Identity
 from ..parameters import Param, is_concrete
 from ..validation import (
     AKernel,
+    ArrayOf,
     Count,
     Inputs,
     MaybeCount,
+    Positive,
     Quantile,
+    Template,
     Tolerance,
     validated,
 )
-from .base import InducingFeature
+from .base import InducingFeature, template_lengthscale
 from .orthogonal import check_num_features, fewest_resolving, one_column, rule_inputs, scalar_field, scalar_lengthscale
 
 __all__ = ["HermiteFeatures", "hermite_width", "hermite_unresolved"]
 
+#: positive finite numbers (a number or an array; a traced one is not judged)
+PositiveArray = Annotated[Any, ArrayOf(positive=True)]
 
-def hermite_width(lengthscale, input_scale):
+
+@validated
+def hermite_width(lengthscale: PositiveArray, input_scale: PositiveArray):
     r"""The Hermite width :math:`r = (\ell^2\sigma_p^2 + \ell^4/4)^{1/4}` (notes §1.4 [2]); always
     :math:`2r^2 > \ell^2`."""
     l2 = jnp.asarray(lengthscale) ** 2
@@ -56,7 +64,8 @@ def hermite_width(lengthscale, input_scale):
 
 
 
-def hermite_unresolved(lengthscale: float, input_scale: float, num_features: int) -> float:
+@validated
+def hermite_unresolved(lengthscale: Positive, input_scale: Positive, num_features: Count) -> float:
     r"""The fraction of the SE prior variance, averaged over inputs :math:`\mathcal N(c, \sigma_p^2)`,
     that M Hermite features leave unresolved: :math:`B^M` (:meth:`HermiteFeatures.from_data`)."""
     a, b = 0.25 / input_scale**2, 0.5 / lengthscale**2
@@ -94,14 +103,15 @@ class HermiteFeatures(InducingFeature):
     _positive = ("input_scale",)
 
     @validated
-    def __init__(self, num_features: Count, input_scale=1.0, centre=0.0):
+    def __init__(self, num_features: Count, input_scale: Annotated[Any, Template(rank=0)] = 1.0,
+                 centre: Annotated[Any, Template(rank=0, positive=False)] = 0.0):
         M = check_num_features(num_features)
         self._set(M=M, input_scale=scalar_field(input_scale, "input_scale", positive=True),
                   centre=scalar_field(centre, "centre"))
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
                   max_features: Count = 4096):
         r"""Hermite features sized for the data: centre c = mean(x), input scale σ_p = sd(x), and the
         fewest M that leave at most ``tolerance`` of the prior variance unresolved at every input, at
@@ -120,15 +130,22 @@ class HermiteFeatures(InducingFeature):
         features resolve a band of width ~ :math:`\sqrt{2M}` scales around c): past ``max_features`` the
         rule refuses and names the alternatives.
 
-        :param x: the 1-D inputs (at least two distinct values).
-        :param lengthscale: ℓ_min > 0, or the lengthscale's prior (ℓ_min is its ``quantile`` quantile,
-            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`).
+        :param X: the 1-D inputs (N,) or (N, 1) (at least two distinct values).
+        :param kernel: the :class:`~ppl_sparsegp.SquaredExponential` kernel or kernel template the features
+            serve (the one kernel Hermite features support), e.g. ``SquaredExponential(1.0, ell_prior)``: its
+            lengthscale is ℓ_min > 0 (a number), or its prior (ℓ_min is the prior's ``quantile`` quantile,
+            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
+            initial value); the variance does not enter the rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param max_features: the largest M the rule may return.
 
         References: 2. Rasmussen & Williams (2006), Gaussian processes for machine learning, §4.3.1.
         """
-        x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
+        if not isinstance(kernel, SquaredExponential):
+            raise ValueError(f"HermiteFeatures.from_data: kernel must be a SquaredExponential kernel (the one kernel "
+                             f"Hermite features support), e.g. SquaredExponential(1.0, 0.3), got "
+                             f"{type(kernel).__name__}; for a Matérn kernel use TrigonometricFeatures.from_data")
+        x, lo = rule_inputs(cls, X, template_lengthscale(kernel), tolerance, quantile)
         return cls._sized(x, lo, float(np.std(x)), float(np.mean(x)), tolerance, max_features)
 
     def refined(self) -> "HermiteFeatures":
@@ -176,7 +193,8 @@ class HermiteFeatures(InducingFeature):
             raise ValueError(f"HermiteFeatures are 1-D: the kernel's lengthscale must be a scalar, got shape "
                              f"{np.shape(ls)}; for D > 1 use AdditiveOrthogonal with one 1-D kernel per input")
 
-    def width(self, kernel):
+    @validated
+    def width(self, kernel: AKernel):
         """The Hermite width r for this kernel's lengthscale."""
         return hermite_width(scalar_lengthscale(kernel), self.input_scale)
 

@@ -1,6 +1,8 @@
 """Inducing points: u = f(Z), the baseline of every comparison (Titsias 2009)."""
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -8,11 +10,11 @@ from ..covariances import Kuf, Kuu
 from ..kernels import Kernel, check_inputs
 from ..linalg import Dense
 from ..parameters import Param, is_concrete
+from ..validation import AnyOf, ArrayOf, InstanceOf, OrNone, Real, validated
 from .base import InducingFeature
 from .float32 import warn_float32
 
 __all__ = ["InducingPoints"]
-
 
 class InducingPoints(InducingFeature):
     r"""Inducing variables :math:`u_m = f(\mathbf z_m)`.
@@ -29,7 +31,9 @@ class InducingPoints(InducingFeature):
     _params = ("Z",)
     _static = ("jitter",)
 
-    def __init__(self, Z, jitter=None):
+    @validated
+    def __init__(self, Z: Annotated[Any, AnyOf(ArrayOf(rank=2, traced=False), InstanceOf(Param, what="a Param"))],
+                 jitter: Annotated[Any, OrNone(Real(0.0, None))] = None):
         if isinstance(Z, Param):
             check_inputs(Z.init, "Z")
         elif is_concrete(Z):

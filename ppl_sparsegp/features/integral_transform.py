@@ -76,6 +76,8 @@ References:
 """
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 import jax.numpy as jnp
 import numpy as np
 from numpyro.distributions import Distribution
@@ -84,9 +86,13 @@ from ..covariances import Kuf, Kuu
 from ..kernels import SquaredExponential, check_inputs
 from ..linalg import Dense
 from ..parameters import Param, check_finite, check_positive, is_concrete
+from ..validation import OrNone, Real, Template, validated
 from .base import InducingFeature
 
 __all__ = ["IntegralTransformFeatures"]
+
+#: a field of any shape (the constructor checks the shapes against each other)
+AnyField = Annotated[Any, Template(rank=None, positive=False)]
 
 
 def _shape(x):
@@ -130,7 +136,10 @@ class IntegralTransformFeatures(InducingFeature):
     _static = ("jitter",)
     _positive = ("window",)
 
-    def __init__(self, frequencies, centres, window=1.0, phases=None, jitter=None):
+    @validated
+    def __init__(self, frequencies: AnyField, centres: AnyField, window: Annotated[Any, Template(rank=(0, 1))] = 1.0,
+                 phases: Annotated[Any, OrNone(Template(rank=None, positive=False))] = None,
+                 jitter: Annotated[Any, OrNone(Real(0.0, None))] = None):
         W, C = _value(frequencies), _value(centres)
         if W is not None:
             if W.ndim != 2 or W.shape[0] == 0:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -60,12 +61,32 @@ from ..kernels import SquaredExponential, Stationary, check_inputs
 from ..kernels.stationary import _Matern
 from ..linalg import Diagonal
 from ..parameters import Param, check_finite, is_concrete
-from .base import InducingFeature
+from ..validation import (
+    AKernel,
+    AnyOf,
+    ArrayOf,
+    Boolean,
+    Count,
+    Inputs,
+    InstanceOf,
+    OneOf,
+    OrNone,
+    RngKey,
+    Template,
+    validated,
+)
+from .base import FloatDtype, InducingFeature
 
 __all__ = ["RandomFourierFeatures", "ImportanceFourierFeatures", "SpectralDensity", "sample_frequencies",
            "scrambled_halton", "chi2_ppf"]
 
 _METHODS = ("mc", "qmc", "orf")
+Method = Annotated[str, OneOf(*_METHODS)]
+#: frequencies: an array, a Param or a prior (the constructor checks the shape (R, D))
+AnyField = Annotated[Any, Template(rank=None, positive=False)]
+PositiveScale = Annotated[Any, ArrayOf(rank=(0, 1), positive=True)]
+MaybeInputs = Annotated[Any, OrNone(Inputs.__metadata__[0])]
+KernelOrClass = Annotated[Any, AnyOf(AKernel.__metadata__[0], InstanceOf(type, what="a kernel class"))]
 
 
 def _frequency_shape(frequencies):
@@ -91,7 +112,8 @@ class RandomFourierFeatures(InducingFeature):
     moves_with_lengthscale = True  # Ω/ℓ: the functions move with ℓ
     covariance_of_prior = False  # weight space: σ²ΦᵀΦ estimates k, so Kff − Qff is indefinite
 
-    def __init__(self, frequencies):
+    @validated
+    def __init__(self, frequencies: AnyField):
         if is_concrete(frequencies):
             frequencies = jnp.asarray(frequencies, dtype=jnp.result_type(float))
             check_finite(frequencies, "frequencies")
@@ -103,7 +125,9 @@ class RandomFourierFeatures(InducingFeature):
         self._set(frequencies=frequencies)
 
     @classmethod
-    def from_kernel(cls, kernel, rng_key, num_frequencies: int, input_dim: int, method: str = "mc"):
+    @validated
+    def from_kernel(cls, kernel: AKernel, rng_key: RngKey, num_frequencies: Count, input_dim: Count,
+                    method: Method = "mc"):
         """Frequencies drawn from the kernel's spectral density with :func:`sample_frequencies`."""
         return cls(sample_frequencies(kernel, rng_key, num_frequencies, input_dim, method))
 
@@ -139,7 +163,8 @@ class RandomFourierFeatures(InducingFeature):
                              f"lengthscale or one of shape ({D},), or frequencies with one column per "
                              f"lengthscale entry")
 
-    def features(self, X, lengthscale=1.0):
+    @validated
+    def features(self, X: Inputs, lengthscale: PositiveScale = 1.0):
         r""":math:`\Phi(X)` of shape (2R, N), unit amplitude: :math:`\Phi^\top\Phi\approx k/\sigma^2`.
 
         :param X: inputs (N, D).
@@ -151,7 +176,8 @@ class RandomFourierFeatures(InducingFeature):
         scale = 1.0 / math.sqrt(self.num_frequencies)
         return scale * jnp.concatenate([jnp.cos(proj), jnp.sin(proj)], axis=0)  # Eq. (5) [2]
 
-    def gram(self, kernel, X1, X2=None):
+    @validated
+    def gram(self, kernel: AKernel, X1: Inputs, X2: MaybeInputs = None):
         r"""The approximate Gram matrix :math:`\sigma^2\Phi(X_1)^\top\Phi(X_2)`."""
         P1 = self.features(X1, kernel.lengthscale)
         P2 = P1 if X2 is None else self.features(X2, kernel.lengthscale)
@@ -206,7 +232,8 @@ class ImportanceFourierFeatures(InducingFeature):
     _params = ("frequencies", "proposal")
     covariance_of_prior = False  # weight space, as RandomFourierFeatures
 
-    def __init__(self, frequencies, proposal):
+    @validated
+    def __init__(self, frequencies: Annotated[Any, ArrayOf()], proposal: AKernel):
         frequencies = jnp.asarray(frequencies, dtype=jnp.result_type(float))
         check_finite(frequencies, "frequencies")
         if frequencies.ndim != 2 or min(frequencies.shape) < 1:
@@ -217,7 +244,9 @@ class ImportanceFourierFeatures(InducingFeature):
         self._set(frequencies=frequencies, proposal=proposal)
 
     @classmethod
-    def from_proposal(cls, proposal, rng_key, num_frequencies: int, input_dim: int, method: str = "qmc"):
+    @validated
+    def from_proposal(cls, proposal: AKernel, rng_key: RngKey, num_frequencies: Count, input_dim: Count,
+                      method: Method = "qmc"):
         """R frequencies drawn from the proposal kernel's spectral density (:func:`sample_frequencies`,
         scaled to absolute units by the proposal's lengthscale)."""
         unit = sample_frequencies(proposal, rng_key, num_frequencies, input_dim, method)
@@ -243,13 +272,15 @@ class ImportanceFourierFeatures(InducingFeature):
             raise NotImplementedError(f"ImportanceFourierFeatures with a {type(self.proposal).__name__} proposal "
                                       f"need a {type(self.proposal).__name__} kernel, got {type(kernel).__name__}")
 
-    def weights(self, kernel):
+    @validated
+    def weights(self, kernel: AKernel):
         r""":math:`w_r = p_\ell(\boldsymbol\omega_r)/q(\boldsymbol\omega_r)` at the kernel's lengthscale."""
         self.check_kernel(kernel)
         return jnp.exp(kernel.log_spectral_density_normalised(self.frequencies)
                        - self.proposal.log_spectral_density_normalised(self.frequencies))
 
-    def features(self, X, kernel):
+    @validated
+    def features(self, X: Inputs, kernel: AKernel):
         r""":math:`\Phi_\ell(X)` of shape (2R, N), unit amplitude."""
         X = self.check_inputs(X)
         proj = self.frequencies @ X.T  # (R, N): ω_rᵀ x, absolute frequencies
@@ -292,7 +323,9 @@ class SpectralDensity(Distribution):
     arg_constraints = {}
     support = constraints.independent(constraints.real, 2)
 
-    def __init__(self, kernel, num_frequencies: int, input_dim: int, *, validate_args=None):
+    @validated
+    def __init__(self, kernel: KernelOrClass, num_frequencies: Count, input_dim: Count, *,
+                 validate_args: Annotated[Any, OrNone(Boolean())] = None):
         for name, v in (("num_frequencies", num_frequencies), ("input_dim", input_dim)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -335,7 +368,8 @@ def _primes(n: int) -> list:
     return out
 
 
-def scrambled_halton(rng_key, num_points: int, dim: int, *, dtype=None):
+@validated
+def scrambled_halton(rng_key: RngKey, num_points: Count, dim: Count, *, dtype: FloatDtype = None):
     r"""Randomised Halton points in :math:`(0, 1)^{dim}`, shape (num_points, dim).
 
     Coordinate j is the radical inverse of the index :math:`i = 0, 1, \dots` in the j-th prime base

@@ -113,8 +113,12 @@ from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
 from ..linalg import Diagonal
 from ..parameters import Param, is_concrete
 from ..validation import (
+    AFeature,
     AKernel,
+    ArrayOf,
+    Count,
     Inputs,
+    InstanceOf,
     Integer,
     MaybeCount,
     NonNegativeInt,
@@ -205,7 +209,7 @@ class SphericalHarmonicFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, X, kernel: AKernel, *, tolerance: Tolerance = 0.01, max_features: MaybeCount = None,
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, max_features: MaybeCount = None,
                   quantile: Quantile = 0.05):
         r"""The fewest degrees that leave at most ``tolerance`` of κ(1) = 1 unresolved,
         :math:`1 - \sum_{n\le L}N(d,n)a_n \le \text{tolerance}` (the residual variance fraction, the same
@@ -302,8 +306,11 @@ class SphericalHarmonicFeatures(InducingFeature):
 
     @validated
     def __init__(self, input_dim: Annotated[int, Integer(2)], max_degree: Annotated[int, NonNegativeInt()], *,
-                 kernel: Annotated[Any, OrNone(AKernel.__metadata__[0])] = None, degrees=None,
-                 data_box=None, vanishing=None):
+                 kernel: Annotated[Any, OrNone(AKernel.__metadata__[0])] = None,
+                 degrees: Annotated[Any, OrNone(InstanceOf(list, tuple, range, what="a sequence of degrees"))] = None,
+                 data_box: Annotated[Any, OrNone(InstanceOf(list, tuple, what="((min, ...), (max, ...))"))] = None,
+                 vanishing: Annotated[Any, OrNone(InstanceOf(tuple, what="(a Zonal kernel class, its static fields)"))]
+                 = None):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 2:
             raise ValueError(f"input_dim must be an integer >= 2 (the sphere S^D lives in D + 1 >= 3 dimensions), got "
                              f"{input_dim!r}; for one input use FourierFeatures")
@@ -374,19 +381,22 @@ class SphericalHarmonicFeatures(InducingFeature):
                              "feature there, an infinite Kuu entry): build the features with "
                              f"SphericalHarmonicFeatures({self.input_dim}, {self.max_degree}, kernel=kernel)")
 
-    def coefficients(self, kernel):
+    @validated
+    def coefficients(self, kernel: AKernel):
         """a_n for the kept degrees, each repeated N(d, n) times (M,), without σ²."""
         index = np.repeat(np.asarray(self.degrees), np.asarray(self.counts))  # static: one gather
         return funk_hecke_coefficients(kernel, self.d, self.max_degree)[index]
 
-    def unresolved(self, kernel):
+    @validated
+    def unresolved(self, kernel: AKernel):
         r"""The fraction of the prior variance the features miss, :math:`1 - \sum_{n\in\text{kept}} N(d,n)a_n`
         (the same at every input: :math:`k(\mathbf x,\mathbf x) - Q_{ff}(\mathbf x,\mathbf x) =
         \sigma^2 r^{2p}\times` this)."""
         a = funk_hecke_coefficients(kernel, self.d, self.max_degree)[np.asarray(self.degrees)]
         return 1.0 - jnp.sum(np.asarray(self.counts, float) * a)
 
-    def harmonics(self, U):
+    @validated
+    def harmonics(self, U: Annotated[Any, ArrayOf(rank=2)]):
         r""":math:`Y_{n,j}(\hat{\mathbf x})` for unit vectors U (N, d): (M, N), degrees in order (one compiled
         program per (d, degrees, shape, dtype))."""
         return _harmonics(self.d, self.degrees, U)
@@ -514,7 +524,9 @@ def _chunk_statistics(feature, kernel, X, y, w):
     return K @ K.T, K @ y, jnp.sum(K, axis=1), jnp.sum(w * y * y), jnp.sum(w * y), jnp.sum(w)
 
 
-def spherical_statistics(feature, kernel, X, y, *, chunk_size: int = 4096) -> SufficientStatistics:
+@validated
+def spherical_statistics(feature: AFeature, kernel: AKernel, X: Annotated[Any, ArrayOf(rank=(1, 2), read=False)],
+                         y: Annotated[Any, ArrayOf(read=False)], *, chunk_size: Count = 4096) -> SufficientStatistics:
     r"""The collapsed bound's sufficient statistics :math:`A = K_{uf}K_{fu}`, :math:`\mathbf c = K_{uf}\mathbf y`,
     :math:`\mathbf y^\top\mathbf y`, N, :math:`K_{uf}\mathbf 1`, Σy in one pass over X in chunks (any
     array with ``.shape`` and row slicing: NumPy arrays, ``np.memmap``), never forming the (M, N) Kuf.

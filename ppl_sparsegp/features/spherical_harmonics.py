@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -22,20 +23,23 @@ import numpy as np
 import scipy.linalg
 
 from ..kernels import Zonal
+from ..validation import ArrayOf, InstanceOf, Integer, MaybeCount, NonNegativeInt, Positive, validated
 
 __all__ = ["num_harmonics", "gegenbauer", "fundamental_system", "funk_hecke_coefficients", "MAX_HARMONICS_PER_DEGREE"]
 
 MAX_HARMONICS_PER_DEGREE = 2600  # the largest N(d, n) whose fundamental system is built (a (3N)² Gram: 0.5 GB)
 
 
-def num_harmonics(d: int, n: int) -> int:
+@validated
+def num_harmonics(d: Annotated[int, Integer(2)], n: Annotated[int, NonNegativeInt()]) -> int:
     """N(d, n): the dimension of the degree-n spherical harmonics on :math:`S^{d-1}`."""
     if n == 0:
         return 1
     return (2 * n + d - 2) * math.comb(n + d - 3, n - 1) // n
 
 
-def gegenbauer(n: int, alpha: float, t):
+@validated
+def gegenbauer(n: Annotated[int, NonNegativeInt()], alpha: Positive, t: Annotated[Any, ArrayOf()]):
     r""":math:`C_n^\alpha(t)` by the three-term recurrence (5) :math:`C_0 = 1`, :math:`C_1 = 2\alpha t`,
     :math:`kC_k = 2t(k+\alpha-1)C_{k-1} - (k+2\alpha-2)C_{k-2}` [4, Table 18.9.1] (stable on [−1, 1];
     NumPy or JAX arrays).
@@ -132,7 +136,10 @@ def _quadrature(d: int, max_degree: int, num_nodes: int):
     return t, P
 
 
-def funk_hecke_coefficients(kernel: Zonal, d: int, max_degree: int, num_nodes: int | None = None):
+@validated
+def funk_hecke_coefficients(kernel: Annotated[Any, InstanceOf(Zonal, what="a zonal kernel (e.g. ArcCosine(1))")],
+                            d: Annotated[int, Integer(3)], max_degree: Annotated[int, NonNegativeInt()],
+                            num_nodes: MaybeCount = None):
     r"""The Funk–Hecke coefficients :math:`a_0, \dots, a_L` of the kernel's κ on :math:`S^{d-1}`
     (module docstring; without σ²), differentiable in κ's hyperparameters.
 

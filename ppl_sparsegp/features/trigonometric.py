@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -60,20 +60,28 @@ import numpy as np
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential, Stationary
+from ..kernels import Stationary
 from ..linalg import Identity
 from ..parameters import is_concrete
 from ..validation import (
+    AFeature,
     AKernel,
+    ArrayOf,
     Count,
     Inputs,
+    InstanceOf,
     MaybeCount,
+    NonNegative,
     OneOf,
+    OrNone,
+    Positive,
     Quantile,
+    RngKey,
+    Template,
     Tolerance,
     validated,
 )
-from .base import InducingFeature
+from .base import InducingFeature, template_lengthscale
 from .orthogonal import (
     INV_SQRT_2PI,
     check_num_features,
@@ -92,7 +100,8 @@ BASES = ("fourier", "dirichlet")
 
 
 # --- trigonometric features ----------------------------------------------------------------------------
-def quadrature_nodes(band, reach, num_features):
+@validated
+def quadrature_nodes(band: Positive, reach: NonNegative, num_features: Count):
     r"""Gauss–Legendre nodes the exact TrigVOF Kuf needs: :math:`\lceil\Phi/2\rceil + 16` with
     :math:`\Phi = a\,\max|x - c| + \pi M/2` (see :class:`TrigonometricFeatures`).
 
@@ -157,9 +166,10 @@ class TrigonometricFeatures(InducingFeature):
     _positive = ("band",)
 
     @validated
-    def __init__(self, num_features: Count, band=1.0, *, basis: Annotated[str, OneOf(*BASES)] = "fourier",
+    def __init__(self, num_features: Count, band: Annotated[Any, Template(rank=0)] = 1.0, *,
+                 basis: Annotated[str, OneOf(*BASES)] = "fourier",
                  estimator: Annotated[str, OneOf(*ESTIMATORS)] = "exact", num_samples: Count = 50,
-                 num_quadrature: Count = 512, centre=0.0):
+                 num_quadrature: Count = 512, centre: Annotated[Any, Template(rank=0, positive=False)] = 0.0):
         M = check_num_features(num_features)
         if basis not in BASES:
             raise ValueError(f"basis must be one of {BASES}, got {basis!r}")
@@ -174,9 +184,8 @@ class TrigonometricFeatures(InducingFeature):
 
     @classmethod
     @validated
-    def from_data(cls, x, lengthscale, *, kernel=SquaredExponential, tolerance: Tolerance = 0.01,
-                  quantile: Quantile = 0.05, basis: Annotated[str, OneOf(*BASES)] = "fourier",
-                  max_features: Count = 2048, **options):
+    def from_data(cls, X: Inputs, kernel: AKernel, *, tolerance: Tolerance = 0.01, quantile: Quantile = 0.05,
+                  basis: Annotated[str, OneOf(*BASES)] = "fourier", max_features: Count = 2048, **options):
         r"""Trigonometric features sized for the data and a kernel family at ℓ_min: the centre c is the
         middle of the data's range; the band a is the smallest with at most ``tolerance``/2 of the
         prior's spectral mass outside [−a, a] (trapezoid rule on the kernel's spectral density: these
@@ -188,18 +197,22 @@ class TrigonometricFeatures(InducingFeature):
         ``num_quadrature`` is set to what the inputs need (:func:`quadrature_nodes`). M comes from ℓ_min
         (a shorter ℓ needs a wider band and more functions).
 
-        :param x: the 1-D inputs (at least two distinct values).
-        :param lengthscale: ℓ_min > 0, or its prior (ℓ_min is the ``quantile`` quantile).
-        :param kernel: the stationary kernel class (default :class:`~ppl_sparsegp.SquaredExponential`).
+        :param X: the 1-D inputs (N,) or (N, 1) (at least two distinct values).
+        :param kernel: the stationary kernel or kernel template the features serve (e.g.
+            ``SquaredExponential(1.0, 0.2)``, ``Matern52(1.0, ell_prior)``): its class gives the spectral
+            density, its lengthscale ℓ_min > 0 (a number, a scalar prior whose ``quantile`` quantile is
+            ℓ_min, or a :class:`~ppl_sparsegp.Param` at its initial value); the variance does not enter the
+            rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param basis: ``"fourier"`` or ``"dirichlet"``.
         :param max_features: the largest M the rule may return.
         :param options: other constructor arguments (``estimator``, ``num_samples``).
         """
-        if not (isinstance(kernel, type) and issubclass(kernel, Stationary)):
-            raise ValueError(f"kernel must be a stationary kernel class (e.g. psg.Matern32), got {kernel!r}")
-        x, lo = rule_inputs(cls, x, lengthscale, tolerance, quantile)
-        return cls._sized(x, kernel(1.0, lo), tolerance, basis, 0.5 * (float(x.min()) + float(x.max())),
+        if not isinstance(kernel, Stationary):
+            raise ValueError(f"TrigonometricFeatures.from_data: kernel must be a stationary kernel (its class gives "
+                             f"the spectral density, its lengthscale ℓ), e.g. Matern32(1.0, 0.3), got {kernel!r}")
+        x, lo = rule_inputs(cls, X, template_lengthscale(kernel), tolerance, quantile)
+        return cls._sized(x, type(kernel)(1.0, lo), tolerance, basis, 0.5 * (float(x.min()) + float(x.max())),
                           max_features, options)
 
     def refined(self) -> "TrigonometricFeatures":
@@ -207,7 +220,7 @@ class TrigonometricFeatures(InducingFeature):
         for a lengthscale half as long (the band scales as 1/ℓ, M with the band). Refused for a sampled band."""
         if not is_concrete(self.band):
             raise NotImplementedError("TrigonometricFeatures with a sampled band have no refinement rule: give the "
-                                      "band as a number (e.g. TrigonometricFeatures.from_data(x, prior))")
+                                      "band as a number (e.g. TrigonometricFeatures.from_data(x, kernel))")
         with jax.ensure_compile_time_eval():  # the fields stay numbers inside a model being traced
             return type(self)(2 * self.M, 2 * float(self.band), basis=self.basis, estimator=self.estimator,
                               num_samples=self.num_samples, num_quadrature=2 * self.num_quadrature,
@@ -286,7 +299,8 @@ class TrigonometricFeatures(InducingFeature):
             return (m > 0) & (m % 2 == 0)
         return (m + 1) % 2 == 0  # sin(πm(ω+a)/(2a)) is ±cos(πmω/(2a)) for odd m, ±sin for even m
 
-    def basis_functions(self, omega):
+    @validated
+    def basis_functions(self, omega: Annotated[Any, ArrayOf(rank=1)]):
         """:math:`\\psi_m(\\omega)` for ω in [−a, a], shape (M, len(ω))."""
         a = jnp.asarray(self.band)
         m = np.arange(self.M)
@@ -370,7 +384,11 @@ def _mc_sets(feature, kernel, x, rng_key):
     return _factors(feature, kernel, w1, weight, x), _factors(feature, kernel, w2, weight, x)
 
 
-def mc_moments(feature, kernel, X, q_mu, q_cov, rng_key):
+@validated
+def mc_moments(feature: AFeature, kernel: AKernel, X: Inputs, q_mu: Annotated[Any, ArrayOf(rank=1)],
+               q_cov: Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.linalg.base.LinearOperator",
+                                                       what="a linear operator (e.g. Dense(S))"))],
+               rng_key: RngKey):
     r"""Unbiased MC estimates ``(mu1, mu2, var)`` for one :class:`TrigonometricFeatures` [1, §3.3].
 
     ``mu1``, ``mu2``: independent estimates of :math:`\mu_n = K_{uf}[:,n]^\top\mathbf m`;
