@@ -171,11 +171,12 @@ def page_results(request, tmp_path_factory):
     return results, {page: cwd for page, _, cwd in entries}
 
 
-#: seconds each page took in the page runner (the suite's flags, 2 cores, the other worker busy), measured
-#: with ``PPL_SPARSEGP_PAGE_TIMES=t.json pytest -n 2 tests/test_docs_pages*.py``; a page not listed counts as the median. The pages are split in two
-#: halves of about equal time, run by this file and ``test_docs_pages_second.py`` in their own runner
-#: processes, so that pytest-xdist's whole-file workers run them side by side (one runner for all of them was
-#: the suite's longest file and bounded its end; tests/conftest.py starts the longest files first).
+#: seconds each page took in the page runner (the suite's flags, 2 cores, the other worker busy),
+#: measured with ``PPL_SPARSEGP_PAGE_TIMES=t.json pytest -n 2 tests/test_docs_pages*.py``; a page not
+#: listed counts as the median. The pages are split in two halves of about equal time, run by this file
+#: and ``test_docs_pages_second.py`` in their own runner processes, so that pytest-xdist's whole-file
+#: workers run them side by side (one runner for all of them was the suite's longest file and bounded its
+#: end; tests/conftest.py starts the longest files first).
 PAGE_SECONDS = {
     "getting_started.md": 12.0,
     "guide/adequacy.md": 19.3,

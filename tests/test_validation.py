@@ -5,8 +5,8 @@ join, bad inputs generated from the declarations, and property-based tests of th
   input, exception, the words the message must contain: the argument and the fix).
 * ``test_every_public_parameter_is_declared_or_exempt``: every parameter of every public callable (the
   ``__all__`` of each public module, the public methods of the classes they export) has a declared constraint
-  (:mod:`ppl_sparsegp.validation`) or a reasoned exemption (``EXEMPT_*`` below); the parameters not yet
-  declared are listed, by name, in ``tests/validation_gaps.py`` (the table shrinks; a stale row fails).
+  (:mod:`ppl_sparsegp.validation`) or a reasoned exemption (``EXEMPT_*`` below), with no table of gaps:
+  a new public callable cannot land undeclared.
 * ``test_declared_bad_inputs_are_refused_naming_the_parameter``: for every declaration, the bad values its
   constraint implies (NaN, ±inf, 0 or a negative where the range excludes them, a wrong type, a wrong rank)
   fed to the real callable through its wrapper, the other arguments at valid examples: a new declaration
@@ -348,29 +348,11 @@ def _undeclared() -> dict:
 
 
 def test_every_public_parameter_is_declared_or_exempt():
-    """Every public parameter has a declared constraint or a reasoned exemption; the parameters not yet
-    declared are named in ``tests/validation_gaps.py`` (it may only shrink: a row that is now declared, or
-    names a callable that no longer exists, fails too)."""
-    from validation_gaps import NOT_YET_DECLARED
-
+    """Every public parameter has a declared constraint or a reasoned exemption (there is no list of
+    parameters left to declare: the last 666 were declared or left the public surface)."""
     undeclared = _undeclared()
-    new = {q: [p for p in ps if p not in NOT_YET_DECLARED.get(q, ())] for q, ps in undeclared.items()}
-    new = {q: ps for q, ps in new.items() if ps}
-    stale = {q: [p for p in ps if p not in undeclared.get(q, ())] for q, ps in NOT_YET_DECLARED.items()}
-    stale = {q: ps for q, ps in stale.items() if ps}
-    assert not new, ("declare these public parameters (Annotated hints read by @validated, ppl_sparsegp.validation) "
-                     f"or give a reasoned exemption: {new}")
-    assert not stale, f"declared now (or gone): remove them from tests/validation_gaps.py: {stale}"
-
-
-def test_the_newest_api_is_fully_declared():
-    """The API the probe covered has no parameter left undeclared (the gaps table may not hold it)."""
-    newest = ("approximations.pilot.choose_features", ".resized", "optim.natural_gradients.",
-              "approximations.marginal.marginal_spectral_gp", "saving.save_fit", "saving.load_fit",
-              "diagnostics.adequacy.", "diagnostics.refinement.refinement_check",
-              "approximations.spherical_fit.fit_spherical")
-    left = {q: ps for q, ps in _undeclared().items() if any(n in q for n in newest)}
-    assert not left, left  # marginal_spectral_gp's shapes against each other are checked in its body
+    assert not undeclared, ("declare these public parameters (Annotated hints read by @validated, "
+                            f"ppl_sparsegp.validation) or give a reasoned exemption: {undeclared}")
 
 
 # --- bad inputs generated from the declarations ----------------------------------------------------
@@ -613,11 +595,3 @@ def test_max_exact_rows_is_refused_or_caps_the_exact_gp(rows):
         return
     assert rows is None or rows >= N
     assert np.isfinite(float(trace["y"]["fn"].log_prob(np.zeros(N))))
-
-
-def test_the_gaps_table_is_honest_about_its_size():
-    """The table of parameters not yet declared says how many it holds (the report's count)."""
-    from validation_gaps import NOT_YET_DECLARED
-
-    assert sum(map(len, NOT_YET_DECLARED.values())) == sum(map(len, _undeclared().values()))
-
