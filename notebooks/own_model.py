@@ -63,7 +63,8 @@ counts = rng.poisson(np.exp(log_rate))
 
 ell_prior = dist.LogNormal(np.log(0.1), 0.4)
 kernel = psg.Matern32(variance=dist.LogNormal(0.0, 1.0), lengthscale=ell_prior)
-feature = FourierFeatures.from_data(t, kernel, tolerance=0.01)  # ν from the kernel's class, ℓ from its prior
+# ν from the kernel's class, ℓ from its prior
+feature = FourierFeatures.from_data(t, kernel, tolerance=0.01)
 print(f"box [{feature.a:.3f}, {feature.b:.3f}], {feature.num_frequencies} frequencies")
 
 

@@ -19,7 +19,7 @@ def test_bad_inputs():
     gp = psg.SparseGP(psg.InducingPoints(X[::2]), KERNEL, Gaussian(NOISE))
     with pytest.raises(ValueError, match="10 rows but y has 9"):
         log_density(gp.model, (X, y[:9]), {}, {"f_v": jnp.zeros(5)})
-    with pytest.raises(ValueError, match="y must be a vector"):
+    with pytest.raises(ValueError, match="y must be None or an array of rank 1"):
         log_density(gp.model, (X, y[:, None]), {}, {"f_v": jnp.zeros(5)})
     with pytest.raises(ValueError, match="NaN or inf"):
         log_density(gp.model, (X.at[0, 0].set(jnp.nan), y), {}, {"f_v": jnp.zeros(5)})
@@ -31,7 +31,7 @@ def test_bad_inputs():
         psg.SparseGP(psg.InducingPoints(X), psg.Matern32(lengthscale=dist.Normal(0, 1)))
     with pytest.raises(ValueError, match="Gaussian likelihood"):
         psg.CollapsedGP(psg.InducingPoints(X), KERNEL, Poisson())
-    with pytest.raises(ValueError, match="noise_variance must be positive"):
+    with pytest.raises(ValueError, match="noise_variance must be a finite number > 0"):
         psg.collapsed_elbo(psg.InducingPoints(X), KERNEL, X, y, -1.0)
     with pytest.raises(TypeError, match="feature must be an inducing feature"):
         psg.SparseGP(X, KERNEL)

@@ -25,7 +25,7 @@ YS = np.sin(XS / 2.0) + 0.12 * np.sin(2 * np.pi * XS / 1.2) + 0.05 * _rng.normal
 ELL = (math.log(8.0), 0.25)  # the lengthscale prior LogNormal(log 8, 0.25)
 NOISE = (math.log(0.1), 1.0)  # the noise prior LogNormal(log 0.1, 1)
 PRIOR = dist.LogNormal(*ELL)
-START = {"f": FourierFeatures.from_data(XS, PRIOR, nu=2.5)}  # the documented start: the prior's rule
+START = {"f": FourierFeatures.from_data(XS, psg.Matern52(1.0, PRIOR))}  # the documented start: the prior's rule
 
 
 def model(xs, ys, features=START):
