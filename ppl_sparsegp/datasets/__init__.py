@@ -95,7 +95,7 @@ def data_dir(path: Annotated[Any, _ROOT] = None) -> Path:
     ``../shared/data`` relative to the repository root.
 
     :param path: the folder (a str or an os.PathLike), or None.
-    :returns: the folder, a :class:`pathlib.Path`.
+    :returns: the folder, a ``pathlib.Path``.
     :raises FileNotFoundError: naming the directory tried and the environment variable.
     """
     if path is not None:

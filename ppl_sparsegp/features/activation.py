@@ -128,7 +128,7 @@ from .spherical_harmonics import _gegenbauer_at_one, funk_hecke_coefficients, nu
 
 __all__ = ["ActivationFeatures", "activation_coefficients", "ACTIVATIONS", "MAX_SEARCH_DEGREE"]
 
-#: the activations: name -> the order q of ReLU^q (step 0, ReLU 1, squared ReLU 2), None for erf(st + c)
+#: The activations by name, each with the order q of ReLU^q (step 0, ReLU 1, squared ReLU 2), None for erf(st + c)
 ACTIVATIONS = {"step": 0, "relu": 1, "relu2": 2, "erf": None}
 AnActivation = Annotated[str, OneOf(*ACTIVATIONS)]
 Degree = Annotated[int, NonNegativeInt()]

@@ -50,7 +50,7 @@ class InducingPoints(InducingFeature):
 
     @property
     def inducing_inputs(self):
-        """Z, (M, D): the inducing variables are the values of f there
+        """The inducing inputs Z, of shape (M, D), where the inducing variables are the values of f
         (:attr:`~ppl_sparsegp.features.InducingFeature.inducing_inputs`)."""
         return self.Z
 
