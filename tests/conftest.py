@@ -41,6 +41,8 @@ def pytest_configure(config):
         return
     flags, optional = "--xla_force_host_platform_device_count=2", ["--xla_cpu_multi_thread_eigen=false"]
     if "not slow" in (config.option.markexpr or ""):  # the fast suite (pyproject's default -m)
+        # -O0 with the older emitters miscompiles at least one jitted Hessian (tests/test_xla_flags.py): compare
+        # a jitted second derivative with an eager one in any test that needs it
         flags += " --xla_backend_optimization_level=0"
         optional.append("--xla_cpu_use_fusion_emitters=false")
     if _accepted(" ".join([flags, *optional])):

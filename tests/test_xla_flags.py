@@ -1,0 +1,37 @@
+"""The fast suite's XLA flags (tests/conftest.py) against a known miscompile.
+
+At ``--xla_backend_optimization_level=0`` *together with* ``--xla_cpu_use_fusion_emitters=false`` (the
+fast suite's flags, chosen for compile speed), jaxlib 0.10.2's CPU backend returns a wrong jitted Hessian
+of the exact GP's log joint in the unconstrained coordinates: −7.9·10²⁷⁴ where eager evaluation, and the
+jitted Hessian under either flag alone or at -O1, give 123.43 (measured on ``tests/test_pilot.py``'s model;
+a plain hand-written Cholesky density does not show it). The library computes the pilot's Hessians eagerly
+for that reason (``approximations/pilot.py``); any test that jits a second derivative of a Cholesky-based
+density under the suite's flags must compare it with an eager one. This test is a strict xfail while the
+miscompile lasts: when a jaxlib fixes it, the XPASS fails the suite, and the note above (and the eager
+Hessians, if wanted) can go.
+"""
+import os
+
+import jax
+import numpy as np
+import pytest
+
+SUITE_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+
+
+@pytest.mark.skipif(not all(f in os.environ.get("XLA_FLAGS", "") for f in SUITE_FLAGS),
+                    reason="only under the fast suite's -O0 and older-emitter flags")
+@pytest.mark.xfail(strict=True, reason="jaxlib 0.10.2 miscompiles this jitted Hessian at -O0 with the older "
+                                       "CPU emitters (the module docstring)")
+def test_a_jitted_hessian_of_the_exact_marginal_equals_the_eager_one():
+    import test_pilot as T
+
+    from ppl_sparsegp.approximations import pilot_search
+    from ppl_sparsegp.approximations.pilot import _sites, _trace
+
+    sites = _sites(_trace(T.model, (T.XS, T.YS), {}))[0]
+    objective, x0, _ = pilot_search.unconstrained(pilot_search.exact_model(T.model), (T.XS, T.YS), {}, sites,
+                                                  {"f_kernel_lengthscale": 0.9745})
+    eager = np.asarray(jax.hessian(lambda x: objective(x, True))(x0))
+    jitted = np.asarray(jax.jit(jax.hessian(lambda x: objective(x, True)))(x0))
+    np.testing.assert_allclose(jitted, eager, rtol=1e-6)
