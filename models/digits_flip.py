@@ -16,7 +16,7 @@ likelihood of the paper's CIFAR experiments [1, §6.4]; the paper does not name 
 * ``neg``: harmonic features of a group that does *not* match the data, 2-way negation of the two halves
   of the pixels (even / odd pixel index, as the authors' code splits dimensions), the paper's control
   "NEG 4×m";
-* ``inducing``: SVGP with M = ``--num-inducing`` inducing images.
+* ``inducing``: SVGP with M = ``--num-features`` inducing images.
 
 Inducing inputs are initialised at k-means centres of the training images and optimised; kernel
 hyperparameters are point estimates.
@@ -47,7 +47,7 @@ NUM_CLASSES = 10
 
 def add_arguments(parser):
     parser.add_argument("--features", choices=("flip", "neg", "inducing"), default="flip")
-    parser.add_argument("--num-inducing", "-m", type=count, default=16,
+    parser.add_argument("--num-features", "-m", type=count, default=16,
                         help="m: inducing images per sub-kernel (flip/neg) or in total (inducing)")
     parser.add_argument("--likelihood", choices=("softmax", "robustmax"), default="softmax")
     parser.add_argument("--batch-size", type=count, default=256)
@@ -87,7 +87,7 @@ def halves_negation_group():
     return multi_negation([eye[:, 0::2], eye[:, 1::2]])
 
 
-def make_gp(X, *, features: str = "flip", num_inducing: int = 16, likelihood: str = "softmax", seed: int = 0):
+def make_gp(X, *, features: str = "flip", num_features: int = 16, likelihood: str = "softmax", seed: int = 0):
     """The SparseGP for images X (N, 64)."""
     from models.uci_hkd import kmeans, median_lengthscale
 
@@ -95,7 +95,7 @@ def make_gp(X, *, features: str = "flip", num_inducing: int = 16, likelihood: st
     kernel = SquaredExponential(variance=Param(1.0, positive),
                                 lengthscale=Param(median_lengthscale(X, seed), positive))
     lik = RobustMax(NUM_CLASSES) if likelihood == "robustmax" else Softmax(NUM_CLASSES)
-    Z = kmeans(X, int(num_inducing), seed)
+    Z = kmeans(X, int(num_features), seed)
     if features == "inducing":
         return SparseGP(InducingPoints(Param(Z)), kernel, lik, q_cov="full")
     groups = {"flip": flip_group, "neg": halves_negation_group}
@@ -108,9 +108,9 @@ def make_gp(X, *, features: str = "flip", num_inducing: int = 16, likelihood: st
 
 def build(args) -> ModelSpec:
     X, y, X_test, y_test = load(args.num_train, args.data_seed)
-    gp = make_gp(X, features=args.features, num_inducing=args.num_inducing, likelihood=args.likelihood,
+    gp = make_gp(X, features=args.features, num_features=args.num_features, likelihood=args.likelihood,
                  seed=args.data_seed)
-    label = f"4x{args.num_inducing}" if args.features != "inducing" else f"M={args.num_inducing}"
+    label = f"4x{args.num_features}" if args.features != "inducing" else f"M={args.num_features}"
     return ModelSpec(
         name=f"digits_flip[{args.features} {label}]", gp=gp, X=X, y=y, X_test=X_test, y_test=y_test,
         model_kwargs={"batch_size": min(args.batch_size, len(X))}, methods=("svi",),

@@ -71,7 +71,7 @@ def default_feature(num_frequencies=None, grid=GRID, ell_min=ELL_MIN, tolerance=
     """The per-axis features of the box rule for the cell centres (M overridden by num_frequencies)."""
     centres = (np.arange(grid) + 0.5) / grid
     f = FourierFeatures.from_data(centres, Matern32(1.0, ell_min), tolerance=tolerance)
-    return f if num_frequencies is None else FourierFeatures(f.a, f.b, num_frequencies)
+    return f if num_frequencies is None else FourierFeatures(f.lower, f.upper, num_frequencies)
 
 
 def make_gp(num_frequencies=None, whiten=True, *, feature=None, residual=RESIDUAL, **rule):

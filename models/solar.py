@@ -6,7 +6,7 @@ mean and standard deviation. The segments 1620–50, 1700–20, 1780–1800, 185
 removed and form the test set (implementer's notes vff.md E6; the paper replicates Gal & Turner [2]).
 
 Model: ``SparseGP(InducingPoints(Z), Matern52(variance, lengthscale), Gaussian(variance))``, whitened,
-M = 50 inducing inputs evenly spaced on [0, 1] (``--num-inducing``), LogNormal priors on the three
+M = 50 inducing inputs evenly spaced on [0, 1] (``--num-features``), LogNormal priors on the three
 hyperparameters. Metrics: test RMSE and NLPD in the data's units (W/m²).
 
 References:
@@ -36,11 +36,11 @@ VAR_NAMES = ["kernel_variance", "kernel_lengthscale", "likelihood_variance"]
 
 
 def add_arguments(parser):
-    parser.add_argument("--num-inducing", type=count, default=50,
+    parser.add_argument("--num-features", type=count, default=50,
                         help="number of inducing features M (default 50)")
     parser.add_argument("--features", choices=["inducing", "fourier"], default="inducing",
                         help="inducing points evenly spaced on [0, 1] (default), or variational Fourier "
-                             "features on the paper's box [1590, 2010] with --num-inducing frequencies")
+                             "features on the paper's box [1590, 2010] with --num-features frequencies")
     _add_collapsed(parser)
 
 
@@ -70,9 +70,9 @@ BOX_YEARS = (1590.0, 2010.0)  # the VFF paper's code: a = 1590, b = 2010
 def make_feature(args, X, x_offset=None, x_scale=None):
     """The inducing features for inputs X in [0, 1] (the one place that chooses the family)."""
     family = getattr(args, "features", "inducing")
-    M = getattr(args, "num_inducing", 50)
+    M = getattr(args, "num_features", 50)
     if not isinstance(M, int) or M < 1:
-        raise ValueError(f"--num-inducing must be a positive integer, got {M!r}")
+        raise ValueError(f"--num-features must be a positive integer, got {M!r}")
     if family == "inducing":
         return InducingPoints(np.linspace(0.0, 1.0, M)[:, None])
     if family == "fourier":

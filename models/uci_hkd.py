@@ -64,7 +64,7 @@ def add_arguments(parser):
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="folder holding uci/ (default: $PPL_SPARSEGP_DATA or ../shared/data)")
     parser.add_argument("--features", choices=("harmonic", "inducing"), default="harmonic")
-    parser.add_argument("--num-inducing", "-m", type=count, default=32,
+    parser.add_argument("--num-features", "-m", type=count, default=32,
                         help="m: inducing inputs per sub-kernel (harmonic) or in total (inducing)")
     parser.add_argument("--ways", type=non_negative_int, default=3,
                         help="J: negations along J principal axes (2^J × m)")
@@ -98,13 +98,13 @@ def median_lengthscale(X, seed: int = 0, max_points: int = 2000) -> float:
     return float(np.sqrt(np.median(d2[np.triu_indices(len(sub), 1)])))
 
 
-def make_gp(X, *, features: str = "harmonic", num_inducing: int = 32, ways: int = 3, shared_z: bool = False,
+def make_gp(X, *, features: str = "harmonic", num_features: int = 32, ways: int = 3, shared_z: bool = False,
             seed: int = 0):
-    """The SparseGP for standardised inputs X (N, D): HVGP (2^J × m) or SVGP (M = num_inducing)."""
+    """The SparseGP for standardised inputs X (N, D): HVGP (2^J × m) or SVGP (M = num_features)."""
     positive = constraints.positive
     kernel = Matern32(variance=Param(1.0, positive), lengthscale=Param(median_lengthscale(X, seed), positive))
     likelihood = Gaussian(variance=Param(0.1, positive))
-    m = int(num_inducing)
+    m = int(num_features)
     if features == "inducing":
         return SparseGP(InducingPoints(Param(kmeans(X, m, seed))), kernel, likelihood, q_cov="full")
     if features != "harmonic":
@@ -122,9 +122,9 @@ def build(args) -> ModelSpec:
         raise NotADirectoryError(f"--data-dir {args.data_dir} is not an existing folder (give the folder holding "
                                  "uci/, or leave it unset for $PPL_SPARSEGP_DATA or ../shared/data)")
     X, y, X_test, y_test_raw, scaler = load(args.dataset, args.split, args.data_dir)
-    gp = make_gp(X, features=args.features, num_inducing=args.num_inducing, ways=args.ways,
+    gp = make_gp(X, features=args.features, num_features=args.num_features, ways=args.ways,
                  shared_z=args.shared_z, seed=args.init_seed)
-    label = f"{2 ** args.ways}x{args.num_inducing}" if args.features == "harmonic" else f"M={args.num_inducing}"
+    label = f"{2 ** args.ways}x{args.num_features}" if args.features == "harmonic" else f"M={args.num_features}"
     return ModelSpec(
         name=f"uci_hkd[{args.dataset}/{args.features} {label}]", gp=gp, X=X, y=y, X_test=X_test,
         y_test=y_test_raw, model_kwargs={"batch_size": min(args.batch_size, X.shape[0])},

@@ -65,7 +65,8 @@ ell_prior = dist.LogNormal(np.log(0.1), 0.4)
 kernel = psg.Matern32(variance=dist.LogNormal(0.0, 1.0), lengthscale=ell_prior)
 # ν from the kernel's class, ℓ from its prior
 feature = FourierFeatures.from_data(t, kernel, tolerance=0.01)
-print(f"box [{feature.a:.3f}, {feature.b:.3f}], {feature.num_frequencies} frequencies")
+print(f"box [{feature.lower:.3f}, {feature.upper:.3f}],",
+      f"{feature.num_frequencies} frequencies")
 
 
 def count_model(t, y=None, t_new=None):
@@ -266,7 +267,7 @@ for label, feat in (("old rule", coarse), ("pilot's choice", resolved)):
     checks[label] = diagnostics.refinement_check(series_model, post3, t3, y3, feat,
                                                  num_warmup=WARMUP, num_samples=SAMPLES)
     ell3, noise3 = post3["trend_ell"], float(post3["noise"].mean())
-    print(f"{label}: box [{feat.a:.1f}, {feat.b:.1f}], "
+    print(f"{label}: box [{feat.lower:.1f}, {feat.upper:.1f}], "
           f"{feat.num_frequencies} frequencies; "
           f"trend ℓ {float(ell3.mean()):.2f} ± {float(ell3.std()):.2f} (truth 0.8), "
           f"noise {noise3:.3f} (truth 0.1), {steps:.0f} leapfrog steps per draw")

@@ -2,7 +2,7 @@ r"""The library's one Gauss–Hermite rule: Gaussian expectations :math:`\mathbb
 elementwise, and their logs computed in log space.
 
 The likelihoods (:mod:`ppl_sparsegp.likelihoods`) use it wherever a variational expectation or a predictive
-density has no closed form. It is internal (issue 50's curated surface): the likelihoods' methods are the
+density has no closed form. It is internal (not part of the curated surface): the likelihoods' methods are the
 public way to it, and its callers pass values already judged (and usually traced), so it declares nothing;
 ``ppl_sparsegp.likelihoods`` imports it but no longer lists it in ``__all__``.
 """

@@ -30,7 +30,7 @@ from .validation import ArrayOf, Flag, InstanceOf, OrNone, validated
 
 # The public surface: templates and what users do with them. The check_* helpers, is_concrete, free_leaves
 # and as_rng_key are the library's own (called on values its entry points have judged, often under a trace,
-# and they are what they check): importable by the library's modules, not part of the API (issue 50).
+# and they are what they check): importable by the library's modules, not part of the API.
 __all__ = ["Module", "Param", "instantiate", "free_sites", "debug_checks", "stack_modules"]
 
 #: a template: a Module (kernel, likelihood, feature) or a sequence of them (an additive kernel's parts)
@@ -205,6 +205,9 @@ class Module:
     #: ``{static field: value}`` for static fields added after a release, so that a fit file written
     #: before them still loads (:func:`~ppl_sparsegp.saving.load_fit` fills them in)
     _static_defaults: dict = {}
+    #: ``{old field name: new name}`` (or a tuple of new names where one stored pair became two fields)
+    #: for fields renamed after a release, so that a fit file written before the rename still loads
+    _renamed_fields: dict = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

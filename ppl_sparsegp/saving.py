@@ -30,7 +30,9 @@ Loading instantiates only classes of ``ppl_sparsegp`` and ``numpyro.distribution
 :class:`FitFileError` otherwise), and refuses, naming the problem, a file of a newer format version,
 one with a missing key, a class that no longer exists, a module whose fields changed (a static field
 added since, listed in the class's ``_static_defaults``, takes its default: e.g. a spherical
-feature's ``vanishing``), or params that do not match the approximation's guide. :func:`save_fit`
+feature's ``vanishing``; a field renamed since, listed in ``_renamed_fields``, is read under its new
+name: e.g. FourierFeatures' ``a, b``, now ``lower, upper``), or params that do not match the
+approximation's guide. :func:`save_fit`
 checks before writing that the description rebuilds the same approximation (every attribute equal), so
 a fit that saves also loads.
 
@@ -319,6 +321,7 @@ class _Decoder:
             fields = node.get("fields")
             if not isinstance(fields, dict):
                 self.fail(where, "a module without 'fields'")
+            fields = _renamed(cls, fields)
             expected = list(cls._params) + list(cls._static)
             defaults = {n: v for n, v in cls._static_defaults.items() if n not in fields}  # fields added since
             missing = [n for n in expected if n not in fields and n not in defaults]
@@ -364,6 +367,23 @@ class _Decoder:
 # --------------------------------------------------------------------------------------------------
 # equality of two descriptions (save_fit's round-trip check)
 # --------------------------------------------------------------------------------------------------
+def _renamed(cls, fields: dict) -> dict:
+    """A file's fields under the class's current names: ``cls._renamed_fields`` maps a field's old name to
+    its new one, or to a tuple of names where one stored pair became two fields (a spherical feature's
+    ``data_box`` = (lower, upper)); a file written before a rename loads unchanged in value."""
+    out = dict(fields)
+    for old, new in getattr(cls, "_renamed_fields", {}).items():
+        if old not in out or (new if isinstance(new, str) else new[0]) in out:
+            continue
+        value = out.pop(old)
+        if isinstance(new, str):
+            out[new] = value
+        else:
+            parts = value.get("__tuple__") if isinstance(value, dict) else None
+            out.update(zip(new, parts if parts is not None else (value,) * len(new)))
+    return out
+
+
 def _same(a, b) -> bool:
     if isinstance(a, (jax.Array, np.ndarray, np.generic)) or isinstance(b, (jax.Array, np.ndarray, np.generic)):
         if isinstance(a, jax.Array) != isinstance(b, jax.Array):

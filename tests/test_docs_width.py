@@ -92,3 +92,16 @@ def test_docstring_examples_fit():
     bad = [f"{where} (docstring line {i + 1}): {len(line)} characters" for where, doc in _documented()
            for i, line in _docstring_code(doc) if len(line) > WIDTH]
     assert not bad, f"docstring code lines wider than the box ({WIDTH} characters):\n" + "\n".join(bad)
+
+
+WORK_ITEM = re.compile(r"\bissues? \d+\b|\bPR \d+\b", re.I)
+
+
+def test_user_pages_cite_no_work_items():
+    """A reader cannot follow "issue 48": the pages, the notebooks and the API reference's docstrings say
+    what was measured instead (the CHANGELOG, a record of the work, keeps its issue numbers)."""
+    texts = [(p.relative_to(ROOT).as_posix(), p.read_text()) for p in PAGES]
+    texts += [(f"notebooks/{nb.name}", nb.read_text()) for nb in sorted((ROOT / "notebooks").glob("*.py"))]
+    texts += list(_documented())
+    bad = [f"{where}: {m.group(0)!r}" for where, text in texts for m in WORK_ITEM.finditer(text)]
+    assert not bad, "internal work items cited on user pages:\n" + "\n".join(bad)

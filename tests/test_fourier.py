@@ -16,8 +16,8 @@ ORDERS = [psg.Matern12, psg.Matern32, psg.Matern52]
 
 def basis_derivatives(feature, t):
     """φ_m and its first three derivatives at nodes t (hand-written, independent of the library)."""
-    w = 2 * np.pi * np.arange(feature.num_frequencies) / (feature.b - feature.a)
-    th = w[:, None] * (t[None, :] - feature.a)
+    w = 2 * np.pi * np.arange(feature.num_frequencies) / (feature.upper - feature.lower)
+    th = w[:, None] * (t[None, :] - feature.lower)
     c, s = np.cos(th), np.sin(th)
     cos_d = [c, -w[:, None] * s, -w[:, None] ** 2 * c, w[:, None] ** 3 * s]
     sin_d = [s, w[:, None] * c, -w[:, None] ** 2 * s, -w[:, None] ** 3 * c]
@@ -170,7 +170,7 @@ def test_squared_exponential_is_rejected_with_supported_list():
 
 
 def test_bad_feature_arguments():
-    with pytest.raises(ValueError, match="a < b"):
+    with pytest.raises(ValueError, match="lower < upper"):
         FourierFeatures(1.0, 0.0, 5)
     with pytest.raises(ValueError, match="num_frequencies"):
         FourierFeatures(0.0, 1.0, 0)
@@ -251,14 +251,14 @@ def test_box_rule_leaves_the_stated_residual_variance_at_the_data(kernel_cls, el
 
     x = 0.2 + (np.arange(64) + 0.5) / 64
     f = FourierFeatures.from_data(x, kernel_cls(1.0, ell), tolerance=tol)
-    np.testing.assert_allclose([f.a, f.b], [x.min() - 3 * ell, x.max() + 3 * ell])
+    np.testing.assert_allclose([f.lower, f.upper], [x.min() - 3 * ell, x.max() + 3 * ell])
     k = kernel_cls(2.0, ell)
     Kuu = np.asarray(psg.Kuu(f, k).to_dense())
     Kuf = np.asarray(psg.Kuf(f, k, jnp.asarray(x[:, None])))
     resid = 1 - np.sum(Kuf * np.linalg.solve(Kuu, Kuf), axis=0) / 2.0
     assert resid.mean() <= 1.2 * tol and resid.max() <= 2 * tol
     T = resolved_frequency(kernel_cls.nu, tol)
-    w = 2 * np.pi / (f.b - f.a)
+    w = 2 * np.pi / (f.upper - f.lower)
     assert w * (f.num_frequencies - 1) >= T * float(k.lam) > w * (f.num_frequencies - 2)
 
 
@@ -279,7 +279,7 @@ def test_per_dimension_box_rule_against_the_exact_gp(combination):
                       else (KroneckerFeatures, psg.Product, 0.03))
     f = cls.from_data(X, psg.Matern32(1.0, ell), tolerance=tol)
     for d, g in enumerate(f.features):
-        np.testing.assert_allclose([g.a, g.b], [X[:, d].min() - 3 * ell[d], X[:, d].max() + 3 * ell[d]])
+        np.testing.assert_allclose([g.lower, g.upper], [X[:, d].min() - 3 * ell[d], X[:, d].max() + 3 * ell[d]])
     k = comb([psg.Matern32(0.5, ell[0]), psg.Matern32(0.5 if combination == "additive" else 1.0, ell[1])])
     Kuu = np.asarray(psg.Kuu(f, k).to_dense())
     Kuf = np.asarray(psg.Kuf(f, k, jnp.asarray(X)))
@@ -313,20 +313,20 @@ def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
                                rtol=0.03)
     a = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, prior))
     b = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, float(lo)), max_lengthscale=float(hi))
-    assert (a.a, a.b, a.num_frequencies) == (b.a, b.b, b.num_frequencies)
+    assert (a.lower, a.upper, a.num_frequencies) == (b.lower, b.upper, b.num_frequencies)
     assert 3 * hi > 1.0 > 3 * lo  # the prior's upper quantile is long next to the span: the cap binds
-    np.testing.assert_allclose([a.a, a.b], [-1.0, 2.0])
+    np.testing.assert_allclose([a.lower, a.upper], [-1.0, 2.0])
     uncapped = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, prior), max_margin=np.inf)
-    np.testing.assert_allclose([uncapped.a, uncapped.b], [-3 * hi, 1 + 3 * hi])
+    np.testing.assert_allclose([uncapped.lower, uncapped.upper], [-3 * hi, 1 + 3 * hi])
     short = FourierFeatures.from_data([0.0, 1.0], psg.Matern32(1.0, 0.5))  # 3ℓ_min above the cap: margin 3ℓ_min
-    np.testing.assert_allclose([short.a, short.b], [-1.5, 2.5])
+    np.testing.assert_allclose([short.lower, short.upper], [-1.5, 2.5])
     f = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]), psg.Matern32(1.0, [0.1, 0.4]))
-    assert f.features[0].b == pytest.approx(1.3) and f.features[1].b == pytest.approx(3.2)
+    assert f.features[0].upper == pytest.approx(1.3) and f.features[1].upper == pytest.approx(3.2)
     # one kernel per column (a Product): the same boxes, each column's ν from its own kernel's class
     per_column = KroneckerFeatures.from_data(np.array([[0.0, 0.0], [1.0, 2.0]]),
                                              psg.Product([psg.Matern32(1.0, 0.1), psg.Matern52(1.0, 0.4)]))
     alone = FourierFeatures.from_data([0.0, 2.0], psg.Matern52(1.0, 0.4), tolerance=1 - 0.99 ** 0.5)
-    box = lambda g: (g.a, g.b, g.num_frequencies)  # noqa: E731
+    box = lambda g: (g.lower, g.upper, g.num_frequencies)  # noqa: E731
     assert box(per_column.features[0]) == box(f.features[0]) and box(per_column.features[1]) == box(alone)
     with pytest.raises(ValueError, match="one entry per dimension"):
         KroneckerFeatures.from_data(np.zeros((3, 2)), psg.Matern32(1.0, [0.1, 0.2, 0.3]))
@@ -464,9 +464,9 @@ def test_from_data_inside_a_traced_model_reads_the_prior_as_numbers_or_says_to_b
     inside = jax.jit(lambda: jnp.asarray(FourierFeatures.from_data(t, kernel).num_frequencies))()
     assert int(inside) == outside.num_frequencies
     with pytest.raises(ValueError, match="Build the features outside the model"):
-        jax.jit(lambda s: FourierFeatures.from_data(t, psg.Matern32(1.0, dist.LogNormal(0.0, s))).a)(0.5)
+        jax.jit(lambda s: FourierFeatures.from_data(t, psg.Matern32(1.0, dist.LogNormal(0.0, s))).lower)(0.5)
     with pytest.raises(ValueError, match="Build the features outside the model"):
-        jax.jit(lambda x: FourierFeatures.from_data(x, psg.Matern32(1.0, prior)).a)(jnp.asarray(t))
+        jax.jit(lambda x: FourierFeatures.from_data(x, psg.Matern32(1.0, prior)).lower)(jnp.asarray(t))
 
 
 def test_from_data_with_a_number_and_the_prior_keeps_the_box_that_serves_the_prior():
@@ -480,9 +480,9 @@ def test_from_data_with_a_number_and_the_prior_keeps_the_box_that_serves_the_pri
     hi = float(prior.icdf(0.99))
     f = FourierFeatures.from_data(x, psg.Matern52(1.0, 0.5), max_lengthscale=prior)
     pad = min(3 * hi, max(1.5, 38.0))
-    np.testing.assert_allclose([f.a, f.b], [-pad, 38.0 + pad])
+    np.testing.assert_allclose([f.lower, f.upper], [-pad, 38.0 + pad])
     narrow = FourierFeatures.from_data(x, psg.Matern52(1.0, 0.5))
-    np.testing.assert_allclose([narrow.a, narrow.b], [-1.5, 39.5])
+    np.testing.assert_allclose([narrow.lower, narrow.upper], [-1.5, 39.5])
     short, long = f.served_lengthscales(x, nu=2.5)
     assert short <= 0.5 < short * 1.1  # the rule's M is the fewest that resolve 0.5
     np.testing.assert_allclose(long, pad / 3)

@@ -30,6 +30,7 @@ RETIRED = {
     "num_inducing": "num_features",
     "M": "num_features",
     "m": "num_features",
+    "data_box": "lower",  # and upper: a box is lower/upper
 }
 # the names of the glossary's table that the signatures use (each must be on the page)
 ENFORCED = ("noise_scale", "noise_variance", "rng_key", "num_steps", "num_features", "num_frequencies",
@@ -94,6 +95,17 @@ def test_walk_reaches_the_public_surface():
 def test_no_public_signature_uses_a_retired_name():
     offenders = [f"{q}({p}): use {RETIRED[p]}" for q, obj in _callables() for p in _parameters(obj) if p in RETIRED]
     assert not offenders, "retired parameter names (docs/glossary.md):\n" + "\n".join(sorted(offenders))
+
+
+def test_feature_domains_are_lower_upper():
+    """A box is ``lower``/``upper`` (the glossary's domains): no public callable of ``ppl_sparsegp.features``
+    takes a bare ``a`` or ``b`` (FourierFeatures' box was ``a, b``), and the two families with a box take
+    ``lower`` and ``upper``."""
+    offenders = [f"{q}({p})" for q, obj in _callables() if q.startswith("ppl_sparsegp.features.")
+                 for p in _parameters(obj) if p in ("a", "b")]
+    assert not offenders, "use lower/upper for a box:\n" + "\n".join(offenders)
+    for family in (ppl_sparsegp.FourierFeatures, ppl_sparsegp.SphericalHarmonicFeatures):
+        assert {"lower", "upper"} <= set(_parameters(family)), family.__name__
 
 
 def test_from_data_takes_a_kernel_not_nu():

@@ -264,8 +264,9 @@ def test_refinement_check_fails_a_posterior_the_features_displace_and_passes_whe
     # the fix, from the refit's lengthscales, keeps the box (the prior's long lengthscales) and converges:
     # one more fit with the advised features passes
     advised = bad["advised_features"]["f"]
-    assert (advised.a, advised.b) == (coarse.a, coarse.b) and advised.num_frequencies > coarse.num_frequencies
-    assert f"FourierFeatures({advised.a:.6g}, {advised.b:.6g}, {advised.num_frequencies})" in bad["message"]
+    assert (advised.lower, advised.upper) == (coarse.lower, coarse.upper)
+    assert advised.num_frequencies > coarse.num_frequencies
+    assert f"FourierFeatures({advised.lower:.6g}, {advised.upper:.6g}, {advised.num_frequencies})" in bad["message"]
     _, again = check(advised, None)
     assert again["ok"], again["message"]
     resolved, good = check(FourierFeatures.from_data(xs, psg.Matern52(1.0, prior), tolerance=0.01 * noise**2), None)

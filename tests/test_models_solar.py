@@ -27,10 +27,10 @@ def test_split_and_normalisation():
 
 
 def test_build_spec():
-    spec = solar.build(argparse.Namespace(num_inducing=30, features="inducing"))
+    spec = solar.build(argparse.Namespace(num_features=30, features="inducing"))
     assert isinstance(spec.gp, psg.SparseGP) and spec.gp.whiten and spec.methods == ("svi", "nuts")
     Z = np.asarray(spec.gp.feature.Z)
     np.testing.assert_allclose(Z[:, 0], np.linspace(0, 1, 30))
     assert set(spec.gp.hyperparameter_sites()) == set(solar.VAR_NAMES)
-    with pytest.raises(ValueError, match="--num-inducing must be a positive integer"):
-        solar.make_feature(argparse.Namespace(num_inducing=0, features="inducing"), spec.X)
+    with pytest.raises(ValueError, match="--num-features must be a positive integer"):
+        solar.make_feature(argparse.Namespace(num_features=0, features="inducing"), spec.X)

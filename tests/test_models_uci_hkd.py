@@ -42,7 +42,7 @@ def test_adequacy_of_harmonic_features_is_the_dense_trace_error():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(80, 5)) @ np.diag([2.0, 1.5, 1.0, 0.7, 0.4])
     X -= X.mean(0)
-    gp = uci_hkd.make_gp(X, num_inducing=6, ways=3)
+    gp = uci_hkd.make_gp(X, num_features=6, ways=3)
     Z = rng.normal(size=(8, 6, 5))
     evals, evecs = np.linalg.eigh(np.cov(X, rowvar=False))
     U = evecs[:, np.argsort(evals)[::-1][:3]]

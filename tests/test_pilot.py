@@ -29,7 +29,7 @@ def model(xs, ys, features=START):
 
 
 def _grid_moments(m, grid=np.linspace(0.3, 8.0, 400)):
-    feats = {"f": FourierFeatures(START["f"].a, START["f"].b, m)}
+    feats = {"f": FourierFeatures(START["f"].lower, START["f"].upper, m)}
     lp = np.asarray(jax.jit(jax.vmap(lambda v: log_density(model, (XS, YS), {"features": feats},
                                                            {"f_kernel_lengthscale": v})[0]))(jnp.asarray(grid)))
     w = np.exp(lp - lp.max())
@@ -41,7 +41,7 @@ def _grid_moments(m, grid=np.linspace(0.3, 8.0, 400)):
 def test_pilot_choice_against_a_dense_sweep_of_the_feature_count():
     chosen = psg.choose_features(model, XS, YS)
     f = chosen["f"]
-    assert (f.a, f.b) == (START["f"].a, START["f"].b)  # the prior's box is kept
+    assert (f.lower, f.upper) == (START["f"].lower, START["f"].upper)  # the prior's box is kept
     ref_mean, ref_sd = _grid_moments(300)
     sweep = [30, 40, 50, 60, 80]
     dist_sd = [abs(_grid_moments(m)[0] - ref_mean) / ref_sd for m in sweep]

@@ -127,14 +127,14 @@ def test_pilot_additive_fourier_features_per_dimension_against_the_exact_gp():
     exact = _grid_moments(additive_model, (XA, YA), ADD, sites, axes, exact=True)
     chosen = psg.choose_features(additive_model, XA, YA, refine=1, starts=3)
     f = chosen["f"]
-    assert [(g.a, g.b) for g in f.features] == [(g.a, g.b) for g in ADD["f"].features]  # the boxes kept
+    assert [(g.lower, g.upper) for g in f.features] == [(g.lower, g.upper) for g in ADD["f"].features]  # the boxes kept
     assert _shift(additive_model, (XA, YA), ADD, sites, axes, exact)[0] > 1.0  # measured 1.36 sd (ℓ_0)
     assert np.all(_shift(additive_model, (XA, YA), chosen, sites, axes, exact) < 0.3)  # measured 0.012, 0.042
     # each dimension by its own lengthscale's lower quantile (independently: frequencies_needed per box)
     low = chosen.info["modes"][0]["gps"]["f"]["lowered"]
     tol = chosen.info["needed"]["f"]["tolerance"]
     for d, g in enumerate(f.features):
-        assert g.num_frequencies == frequencies_needed(g.a, g.b, low[sites[d]], 2.5, tol)
+        assert g.num_frequencies == frequencies_needed(g.lower, g.upper, low[sites[d]], 2.5, tol)
     assert f.features[0].num_frequencies > f.features[1].num_frequencies  # dimension 0 is the short one
 
 
@@ -160,11 +160,12 @@ def test_pilot_chooses_for_each_gp_of_a_sum_of_two_families():
     exact = _grid_moments(sum_model, (XS, YS), SUM, sites, axes, exact=True)
     chosen = psg.choose_features(sum_model, XS, YS, refine=1, starts=3)
     trend, season = chosen["trend"], chosen["season"]
-    assert (trend.a, trend.b) == (SUM["trend"].a, SUM["trend"].b) and (season.a, season.b) == (0.0, 1.0)
+    assert (trend.lower, trend.upper) == (SUM["trend"].lower, SUM["trend"].upper)
+    assert (season.lower, season.upper) == (0.0, 1.0)
     assert np.max(_shift(sum_model, (XS, YS), SUM, sites, axes, exact)) > 1.0
     assert np.all(_shift(sum_model, (XS, YS), chosen, sites, axes, exact) < 0.3)
     low, tol = chosen.info["modes"][0]["gps"], {g: chosen.info["needed"][g]["tolerance"] for g in chosen}
-    assert trend.num_frequencies == frequencies_needed(trend.a, trend.b, low["trend"]["lowered"][sites[0]], 2.5,
+    assert trend.num_frequencies == frequencies_needed(trend.lower, trend.upper, low["trend"]["lowered"][sites[0]], 2.5,
                                                        tol["trend"])
     assert season.num_frequencies == _harmonics_by_bessel(low["season"]["lowered"][sites[1]], tol["season"])
     assert tol["season"] == pytest.approx(0.01 * NOISE**2 / 0.3)  # each GP's own variance
@@ -196,8 +197,8 @@ def test_resized_per_dimension_by_each_dimensions_lengthscale(cls):
     new = start.resized(X, kernel, 1e-3)
     t = 1e-3 if cls is AdditiveFeatures else 1.0 - math.sqrt(1.0 - 1e-3)  # (1 − t)² = 1 − τ
     for g, s, ell in zip(new.features, start.features, (0.5, 2.0)):
-        assert (g.a, g.b) == (s.a, s.b)
-        assert g.num_frequencies == frequencies_needed(s.a, s.b, ell, 1.5, t)
+        assert (g.lower, g.upper) == (s.lower, s.upper)
+        assert g.num_frequencies == frequencies_needed(s.lower, s.upper, ell, 1.5, t)
     assert start.resized(X, psg.Matern32(1.0, 0.5), 1e-3) is None  # not per dimension
 
 
@@ -233,7 +234,7 @@ def test_pilot_spherical_harmonic_features_against_the_exact_gp_and_a_sweep_of_t
     exact = _grid_moments(sphere_model, (XH, YH), SPH, sites, axes, exact=True)  # measured: 0.641 ± 0.056
     chosen = psg.choose_features(sphere_model, XH, YH, refine=1, starts=3)
     f = chosen["f"]
-    assert f.data_box == SPH["f"].data_box
+    assert (f.lower, f.upper) == (SPH["f"].lower, SPH["f"].upper)
     assert _shift(sphere_model, (XH, YH), SPH, sites, axes, exact)[0] > 1.0  # the prior's rule (L = 6): 2.8 sd
     assert _shift(sphere_model, (XH, YH), chosen, sites, axes, exact)[0] < 0.1  # measured 0.006 sd at L = 25
     sweep = [8, 10, 12, 15]  # measured shifts 1.28, 0.29, 0.006, 0.002 sd (L = 6: 2.8)
@@ -285,7 +286,7 @@ def test_pilot_refuses_a_choice_over_max_features_at_tiny_noise_naming_the_gp_an
     chosen = psg.choose_features(model, x, y, refine=0, starts=1, max_features=wanted)
     need, f = chosen.info["needed"]["f"], chosen["f"]
     assert need["tolerance"] == pytest.approx(1e-12) and f.num_features == wanted
-    assert f.num_frequencies == frequencies_needed(f.a, f.b, need["lengthscale"], 2.5, need["tolerance"])
+    assert f.num_frequencies == frequencies_needed(f.lower, f.upper, need["lengthscale"], 2.5, need["tolerance"])
     with pytest.raises(ValueError, match="max_features must be a positive integer"):
         psg.choose_features(model, x, y, refine=0, starts=1, max_features=0)
 
@@ -352,4 +353,4 @@ def test_pilot_refines_arccos_spherical_features_of_max_degree_two():
     unresolved = 1.0 - np.cumsum([num_harmonics(3, n) * raw[n] for n in range(41)])
     L = int(np.argmax(unresolved <= tol))
     assert f.degrees == tuple(n for n in range(L + 1) if abs(raw[n]) > 1e-9 * raw[0]), (f.degrees, L, tol)
-    assert f.data_box is not None and f.vanishing is not None
+    assert f.lower is not None and f.vanishing is not None

@@ -43,7 +43,7 @@ def check_outputs(out, method):
 def test_fit_solar_svi(tmp_path):
     out = tmp_path / "svi"
     result = main(["fit", "solar", "--method", "svi", "--num-steps", "50", "--samples", "50", "--lr", "0.02",
-                   "--num-inducing", str(M), "--out", str(out), "--no-progress"])
+                   "--num-features", str(M), "--out", str(out), "--no-progress"])
     idata, metrics = check_outputs(out, "svi")
     assert (out / "loss.png").is_file()
     np.testing.assert_array_equal(idata.svi["loss"].values, result["idata"].svi["loss"].values)
@@ -57,7 +57,7 @@ def test_fit_solar_svi(tmp_path):
 def test_fit_solar_nuts(tmp_path):
     out = tmp_path / "nuts"
     main(["fit", "solar", "--method", "nuts", "--warmup", "20", "--samples", "20", "--chains", "1",
-          "--max-tree-depth", "5", "--num-inducing", str(M), "--out", str(out), "--no-progress"])
+          "--max-tree-depth", "5", "--num-features", str(M), "--out", str(out), "--no-progress"])
     idata, metrics = check_outputs(out, "nuts")
     assert (out / "trace.png").is_file()
     assert idata.posterior.sizes["chain"] == 1 and idata.posterior.sizes["draw"] == 20
@@ -68,7 +68,7 @@ def test_fit_solar_nuts(tmp_path):
     assert stored["residual_fraction"].shape == (20,) and metrics["adequacy_ok"] == bool(stored.attrs["ok"])
     p = argparse.ArgumentParser()
     solar.add_arguments(p)
-    spec = solar.build(p.parse_args(["--num-inducing", str(M)]))
+    spec = solar.build(p.parse_args(["--num-features", str(M)]))
     again = diagnostics.adequacy(spec.gp, idata, spec.X)
     np.testing.assert_allclose(stored["residual_fraction"].values, again["residual_fraction"], rtol=1e-10)
     assert 0 <= again["q95"] <= 1
@@ -85,7 +85,7 @@ def test_list(capsys):
     (["fit", "solar", "--method", "bogus"], "invalid choice: 'bogus'"),
     (["fit", "solar", "--method", "stein"], "does not support --method stein; supported: svi, nuts"),
     (["fit", "solar", "--num-steps", "0"], "argument --num-steps: must be a positive integer, got 0"),
-    (["fit", "solar", "--num-inducing", "0"], "--num-inducing: must be a positive integer"),
+    (["fit", "solar", "--num-features", "0"], "--num-features: must be a positive integer"),
 ])
 def test_bad_inputs(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
@@ -141,7 +141,7 @@ def test_missing_files_and_folders_are_one_line_errors(tmp_path, capsys):
     line = user_error(["fit", "uci_vof", "--data-dir", str(tmp_path / "nowhere")], capsys)
     assert "UCI data set 'yacht' not found under" in line and "set --data-dir" in line
     (tmp_path / "a_file").write_text("")  # raised inside fit, after the model is built
-    line = user_error(["fit", "solar", "--num-steps", "1", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--num-steps", "1", "--num-features", "5",
                        "--out", str(tmp_path / "a_file" / "run")], capsys)
     assert "Not a directory" in line
 
@@ -268,11 +268,11 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
 
     for collapsed in (False, True):
         out = tmp_path / f"svi-{collapsed}"
-        argv = ["fit", "solar", "--method", "svi", "--num-steps", "30", "--samples", "20", "--num-inducing", str(M),
+        argv = ["fit", "solar", "--method", "svi", "--num-steps", "30", "--samples", "20", "--num-features", str(M),
                 "--out", str(out), "--no-progress"] + (["--collapsed"] if collapsed else [])
         result = main(argv)
         gp, params = load_fit(out / "fit.npz")
-        spec = solar.build(SimpleNamespace(num_inducing=M, collapsed=collapsed))
+        spec = solar.build(SimpleNamespace(num_features=M, collapsed=collapsed))
         ours = gp.predict(spec.X_test, params=params)
         ref = diagnostics.predict(spec.gp, result["idata"], spec.X_test)
         for key in ("f_mean", "f_var", "y_mean", "y_var"):
@@ -281,7 +281,7 @@ def test_runner_writes_a_fit_that_predicts_and_stops_on_a_non_finite_loss(tmp_pa
         assert meta["model"] == "solar" and meta["num_steps"] == 30
         assert meta["final_loss"] == result["metrics"]["final_loss"]
     capsys.readouterr()  # the fits' own output
-    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "30", "--lr", "1e30", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "30", "--lr", "1e30", "--num-features", "5",
                        "--out", str(tmp_path / "nan")], capsys)
     assert re.search(r"SVI stopped at step \d+ of 30: the loss is .* not finite: .*Lower the learning rate", line)
 
@@ -322,7 +322,7 @@ def test_svi_default_is_natural_gradients_with_adam_one_flag_away():
 def test_gamma_where_adam_runs_is_refused(argv, conflict, capsys, tmp_path):
     """--gamma is never silently ignored: with --optimizer adam, or a model whose q has no natural-gradient
     step (the collapsed solar model: Adam on the hyperparameters), one line naming the conflict."""
-    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "3", "--gamma", "0.5", "--num-inducing", "5",
+    line = user_error(["fit", "solar", "--method", "svi", "--num-steps", "3", "--gamma", "0.5", "--num-features", "5",
                        "--out", str(tmp_path / "out")] + argv, capsys)
     import re
     assert re.search(conflict, line), line

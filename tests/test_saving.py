@@ -273,6 +273,28 @@ def test_a_static_field_added_since_the_file_was_written_takes_its_default(tmp_p
         saving.load_fit(without("degrees"))
 
 
+def test_a_field_renamed_since_the_file_was_written_loads_under_its_new_name(tmp_path):
+    """Files written before the boxes were ``lower``/``upper`` (FourierFeatures' ``a, b``; a spherical
+    feature's ``data_box`` pair) load with the same boxes and predict bit for bit (``_renamed_fields``)."""
+    def old_names(fields):
+        if "lower" in fields and "upper" in fields:
+            lo, hi = fields.pop("lower"), fields.pop("upper")
+            fields.update({"a": lo, "b": hi} if "num_frequencies" in fields else {"data_box": {"__tuple__": [lo, hi]}})
+        return fields
+
+    sph = psg.SphericalHarmonicFeatures.from_data(np.asarray(X2), psg.ArcCosine(1), max_features=20)
+    for feature in (psg.FourierFeatures(-1.0, 2.0, 5), sph):
+        gp = psg.SparseGP(feature, psg.ArcCosine(1) if feature is sph else psg.Matern32(1.0, 0.5), psg.Gaussian(0.01))
+        saved, params = tmp_path / "fit.npz", fitted_like_params(gp)
+        saving.save_fit(saved, gp, params)
+        back, loaded = saving.load_fit(rewrite(saved, lambda h: old_names(h["model"]["args"]["feature"]["fields"])))
+        assert (back.feature.lower, back.feature.upper) == (feature.lower, feature.upper)
+        x = X2 if feature is sph else jnp.linspace(-0.5, 1.5, 7)[:, None]
+        a, b = gp.predict(x, params=params), back.predict(x, params=loaded)
+        for k in a:
+            np.testing.assert_array_equal(np.asarray(b[k]), np.asarray(a[k]))
+
+
 def test_files_that_are_not_fits(tmp_path):
     with pytest.raises(FileNotFoundError, match="no fit file at"):
         saving.load_fit(tmp_path / "missing.npz")

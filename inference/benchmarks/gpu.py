@@ -223,7 +223,7 @@ def svgp_part(sizes, args, progress=None):
     rows = []
     for M in sizes["svgp_M"]:
         with harness.clock() as km:
-            gp = uci_hkd.make_gp(X, features="inducing", num_inducing=M, seed=0)
+            gp = uci_hkd.make_gp(X, features="inducing", num_features=M, seed=0)
         _, timing, losses = hkd_uci.fit_timed(gp, X, y, steps=sizes["svgp_steps"], lr=LR, batch_size=BATCH)
         library = {**timing, "final_loss": losses[-1] if losses else None}
         theirs = gpytorch_svgp(X, y, gp.feature.Z.init, float(gp.kernel.lengthscale.init), steps=sizes["svgp_steps"])
@@ -260,8 +260,8 @@ def pines_part(sizes, args, progress=None):
     cpu = next((r for name, r in stored["rows"].items() if "main job" in name), None)
     feature = pines.default_feature(sizes["pines_num_frequencies"])
     rows = []
-    result = {"model": f"models/pines.py: {feature.num_frequencies} frequencies per axis on [{feature.a:.3f}, "
-                       f"{feature.b:.3f}], residual={pines.RESIDUAL}", "chain_method": "vectorized",
+    result = {"model": f"models/pines.py: {feature.num_frequencies} frequencies per axis on [{feature.lower:.3f}, "
+                       f"{feature.upper:.3f}], residual={pines.RESIDUAL}", "chain_method": "vectorized",
               "rows": rows, "cpu_reference": None if cpu is None else {
                   "row": "results/pines.json main job (2 chains x (500 + 500) one after another, one CPU core)",
                   "ms_per_gradient": cpu["ms_per_gradient"],

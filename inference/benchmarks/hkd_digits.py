@@ -29,10 +29,10 @@ METHODS = ("SVGP-m", "SVGP-4m", "FLIP 4xm", "NEG 4xm")
 
 
 def method_config(method: str, m: int) -> dict:
-    return {"SVGP-m": dict(features="inducing", num_inducing=m),
-            "SVGP-4m": dict(features="inducing", num_inducing=4 * m),
-            "FLIP 4xm": dict(features="flip", num_inducing=m),
-            "NEG 4xm": dict(features="neg", num_inducing=m)}[method]
+    return {"SVGP-m": dict(features="inducing", num_features=m),
+            "SVGP-4m": dict(features="inducing", num_features=4 * m),
+            "FLIP 4xm": dict(features="flip", num_features=m),
+            "NEG 4xm": dict(features="neg", num_features=m)}[method]
 
 
 def run(seed, methods, args):

@@ -83,10 +83,10 @@ def subsample_ms(N: int, batch_size: int, seed: int = 0, repeats: int = 300, tim
 
 
 def method_config(method: str, m: int) -> dict:
-    return {"SVGP-m": dict(features="inducing", num_inducing=m),
-            "SVGP-2m": dict(features="inducing", num_inducing=2 * m),
-            "HVGP 8xm": dict(features="harmonic", num_inducing=m, ways=3),
-            "HVGP 8xm shared": dict(features="harmonic", num_inducing=m, ways=3, shared_z=True)}[method]
+    return {"SVGP-m": dict(features="inducing", num_features=m),
+            "SVGP-2m": dict(features="inducing", num_features=2 * m),
+            "HVGP 8xm": dict(features="harmonic", num_features=m, ways=3),
+            "HVGP 8xm shared": dict(features="harmonic", num_features=m, ways=3, shared_z=True)}[method]
 
 
 def run(dataset, split, methods, args, data=None, timer=time.process_time):

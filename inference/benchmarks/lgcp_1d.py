@@ -218,7 +218,7 @@ def _models(x, y, n, L, box):
     from ppl_sparsegp import FourierFeatures
 
     M = (n + 1) // 2
-    feature = FourierFeatures(box.a, box.b, M)
+    feature = FourierFeatures(box.lower, box.upper, M)
     return {f"HSGP m={n}": lambda x, y: hsgp_model(x, y, n, L),
             f"VFF M={M}": lambda x, y: vff_model(x, y, feature),
             f"VFF square M={M}": lambda x, y: vff_square_model(x, y, feature)}
@@ -288,7 +288,7 @@ def main(argv=None):
         model = exact_model if args.fit == "exact" else _models(x, y, basis[0], L, box)[args.fit]
         print(json.dumps(run(model, (x, y), seed=args.seed, chain_method=args.chain_method, **kw), default=float))
         return None
-    settings = {**kw, "bins": args.bins, "ell_min": ELL_MIN, "hsgp_L": L, "box": [box.a, box.b],
+    settings = {**kw, "bins": args.bins, "ell_min": ELL_MIN, "hsgp_L": L, "box": [box.lower, box.upper],
                 **({"chain_method": "parallel"} if parallel else {})}
     store = harness.Store(args.out, ["name", "seed"], settings=settings, resume=args.resume, merge=args.merge)
     print(f"{args.chains} chains x ({args.warmup} + {args.samples}), {args.bins} bins, {seeds} seeds per model, "

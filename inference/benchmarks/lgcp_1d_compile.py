@@ -36,7 +36,7 @@ def layout_model(feature, x, correction=True):
 
     M = feature.num_frequencies
     w = np.asarray(feature.omegas())
-    half = 0.5 * (feature.b - feature.a)
+    half = 0.5 * (feature.upper - feature.lower)
     omega = np.stack([w, np.append(w[1:], 0.0)])                    # each slot's frequency
     cfac = np.ones((2, M))
     cfac[0, 0] = 2.0                                                # d_0 = (b − a)/s(0): twice the others
@@ -120,10 +120,10 @@ def main(argv=None):
     x, y = lgcp_1d.simulate(200)
     x, y = jnp.asarray(x), jnp.asarray(y)
     L, box = lgcp_1d.bases(x)
-    store = harness.Store(args.out, ["name", "basis"], settings={"rounds": rounds, "box": [box.a, box.b]},
+    store = harness.Store(args.out, ["name", "basis"], settings={"rounds": rounds, "box": [box.lower, box.upper]},
                           resume=args.resume, merge=args.merge)
     for n in basis:
-        feature = FourierFeatures(box.a, box.b, (n + 1) // 2)
+        feature = FourierFeatures(box.lower, box.upper, (n + 1) // 2)
         err = check_layout(feature, x, y)
         # HSGP, VFF as lgcp_1d fits them
         models = {name: model for name, model in lgcp_1d._models(x, y, n, L, box).items()

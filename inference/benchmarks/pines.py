@@ -108,7 +108,7 @@ def gradient_table(spec, basis, ell_min, *, rounds, repeats):
     for n in basis:
         compiled = {}
         for kind, size, box, residual in (("hsgp", n, HSGP_C * 0.5, None),
-                                          ("vff", (n + 1) // 2, (rule.a, rule.b), "none")):
+                                          ("vff", (n + 1) // 2, (rule.lower, rule.upper), "none")):
             model, args = build_model(kind, size, box, spec, residual)
             info = initialize_model(jax.random.PRNGKey(0), model, model_args=args)
             z = info.param_info.z
@@ -209,13 +209,15 @@ def configurations(basis: list, ell_min: float):
     from ppl_sparsegp import FourierFeatures, Matern32
 
     d = pines.default_feature()
-    rows = [(f"VFF main job: M={d.num_frequencies}, box [{d.a:.2f}, {d.b:.2f}], {pines.RESIDUAL} (models/pines.py)",
-             "vff", d.num_frequencies, (d.a, d.b), pines.RESIDUAL)]
+    rows = [(f"VFF main job: M={d.num_frequencies}, box [{d.lower:.2f}, {d.upper:.2f}], {pines.RESIDUAL} "
+             "(models/pines.py)",
+             "vff", d.num_frequencies, (d.lower, d.upper), pines.RESIDUAL)]
     rule = FourierFeatures.from_data([1 / 128, 127 / 128], Matern32(1.0, ell_min))  # the box; M: the basis count
     for n in basis:
         M = (n + 1) // 2
         rows.append((f"HSGP m={n}", "hsgp", n, HSGP_C * 0.5, None))
-        for box, residual in (((rule.a, rule.b), "none"), ((rule.a, rule.b), "expected"), ((-1.0, 2.0), "expected")):
+        box_of_rule = (rule.lower, rule.upper)
+        for box, residual in ((box_of_rule, "none"), (box_of_rule, "expected"), ((-1.0, 2.0), "expected")):
             rows.append((f"VFF M={M}, box [{box[0]:.2f}, {box[1]:.2f}], {residual}", "vff", M, box, residual))
     return rows
 

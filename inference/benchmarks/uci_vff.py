@@ -10,7 +10,7 @@ splits (``ppl_sparsegp.datasets.load_uci``; data directory ``$PPL_SPARSEGP_DATA`
   hyperparameters by L-BFGS on ``CollapsedGP.model``'s log density at O(M³) per step.
 * **SGPR** (the inducing-point baseline): ``CollapsedGP(InducingPoints(Z), SquaredExponential(ARD))``,
   the collapsed Titsias bound on the whole training set (exact, no minibatch noise, so a strong SVGP
-  proxy), ``--num-inducing`` inducing inputs fixed at a random subset of the standardised training
+  proxy), ``--num-features`` inducing inputs fixed at a random subset of the standardised training
   inputs, MAP hyperparameters by the same L-BFGS; O(N M²) per step.
 
 Metrics in the data's units: test RMSE and mean NLPD (Gaussian predictive with the noise), and the fit
@@ -78,7 +78,7 @@ def fit_sgpr(split, args, seed):
 
     X, y, Xs, ys_, scaler = standardise(split.X_train, split.y_train, split.X_test, split.y_test)
     D = X.shape[1]
-    M = min(args.num_inducing, len(y))
+    M = min(args.num_features, len(y))
     Z = X[np.random.default_rng(seed).choice(len(y), M, replace=False)]
     kernel = SquaredExponential(variance=dist.LogNormal(0.0, 1.0),
                                 lengthscale=dist.LogNormal(jnp.zeros(D), 1.0).to_event(1))
@@ -119,13 +119,13 @@ def main(argv=None):
     p.add_argument("--datasets", default=",".join(DATASETS))
     p.add_argument("--splits", default="0", help="comma-separated split numbers, or 'all' (default 0)")
     p.add_argument("--num-frequencies", type=int, default=30)
-    p.add_argument("--num-inducing", type=int, default=200)
+    p.add_argument("--num-features", type=int, default=200)
     p.add_argument("--stats-method", choices=("nufft", "dense"), default="nufft")
     p.add_argument("--maxiter", type=int, default=300)
     p.add_argument("--data-dir", default=None, help="default $PPL_SPARSEGP_DATA or ../shared/data")
     args = p.parse_args(argv)
     if args.quick:
-        args.datasets, args.splits, args.num_inducing = "kin8nm,power-plant", "0", 100
+        args.datasets, args.splits, args.num_features = "kin8nm,power-plant", "0", 100
     machine = harness.setup(args)
     import numpy as np
 
@@ -133,7 +133,7 @@ def main(argv=None):
 
     root = data_dir(args.data_dir)
     store = harness.Store(args.out, ["dataset", "split", "method"], resume=args.resume, merge=args.merge,
-                          settings={k: getattr(args, k) for k in ("num_frequencies", "num_inducing", "stats_method",
+                          settings={k: getattr(args, k) for k in ("num_frequencies", "num_features", "stats_method",
                                                                   "maxiter")})
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     for name in datasets:
@@ -164,7 +164,7 @@ def main(argv=None):
         ("NLPD", "nlpd", harness.pm(3, always=True)), ("fit s", lambda r: r["fit_s"][0], ".1f"),
         ("predict s", lambda r: r["predict_s"][0], ".1f"), ("splits", "splits", "d")]))
     store.write_json({"rows": store.rows, "summary": summary, "num_frequencies": args.num_frequencies,
-                      "num_inducing": args.num_inducing, **machine})
+                      "num_features": args.num_features, **machine})
     return summary
 
 

@@ -6,7 +6,7 @@ approximations' signatures share (``DataInputs``, ``Targets``, ``FittedParams``,
 :mod:`ppl_sparsegp.validation`).
 
 Only :func:`site_names` is public (the runner reads a guide's params with it); the rest are the approximation
-files' own helpers, called with arguments the public entry points have already checked (issue 50's curated
+files' own helpers, called with arguments the public entry points have already checked (the curated
 surface: they are not in ``__all__``, so they are not part of the API and declare nothing)."""
 from __future__ import annotations
 

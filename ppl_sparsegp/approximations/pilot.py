@@ -10,7 +10,7 @@ posterior, and only the refinement check says so.
 1. **Pilot.** The model (with :func:`~ppl_sparsegp.marginal_spectral_gp`: nothing latent but the
    hyperparameters) runs as the exact GP where N ≤ ``exact_rows`` (every ``marginal_spectral_gp`` made
    ``exact=True``: the exact posterior's modes, wherever the data put the lengthscales; a pilot on
-   features the prior sized can have no mode at the data's lengthscale, issue 48), else with every
+   features the prior sized can have no mode at the data's lengthscale), else with every
    feature refined ``refine`` times (:func:`~ppl_sparsegp.refined_features`; O(M'³) per evaluation from
    the statistics) on all rows, started also at the optima of the exact GP on a random subsample of
    ``exact_rows`` rows, all of which join the sizing. Its log joint is maximised by L-BFGS (type-II MAP;
@@ -241,7 +241,7 @@ def choose_features(model: Annotated[object, IsCallable()], *args, refine: Annot
         beyond, the refined-feature pilot runs on all rows, started also at the optima of the exact GP on a
         random subsample of ``exact_rows`` rows, every one of which joins the sizing (a cross-check: the
         features resolve what either finds; the subsample's masses cannot rank the modes of all N rows).
-        None: the refined-feature pilot alone (the pilot before issue 48).
+        None: the refined-feature pilot alone (the pilot before the exact-GP pilot existed).
     :param data_starts: starts that ask the data, besides the prior's: every lengthscale site at
         log-spaced levels from twice the median spacing of the inputs to their span, each site
         independently (a Latin hypercube), the other sites at their prior medians.

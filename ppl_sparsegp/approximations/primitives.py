@@ -5,7 +5,7 @@ sample site and returns the latent function at X, the way ``numpyro.contrib.hsgp
 
     def model(X, y=None):
         ell = numpyro.sample("ell", dist.Gamma(2.0, 2.0))
-        feature = FourierFeatures(a=-1, b=2, num_frequencies=30)
+        feature = FourierFeatures(lower=-1, upper=2, num_frequencies=30)
         f = spectral_gp("f", feature, Matern32(lengthscale=ell), X)
         numpyro.sample("y", dist.Poisson(jnp.exp(f)), obs=y)
 

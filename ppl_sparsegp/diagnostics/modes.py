@@ -2,7 +2,7 @@ r"""The global mode check: is the posterior in the mode that holds the most mass
 
 The refinement check (:func:`~ppl_sparsegp.diagnostics.refinement_check`) is local by construction: it
 reweights the fit's own draws and warm-starts a refit at them, so a posterior sitting in a minor mode
-passes it when a mode elsewhere holds more mass (issue 48: a real series' fit at trend ℓ 3.0 passed with
+passes it when a mode elsewhere holds more mass (measured: a real series' fit at trend ℓ 3.0 passed with
 k̂ 0.56 where the exact GP sits at 0.91). This check looks elsewhere:
 
 1. **Optima of the exact marginal** (``marginal_spectral_gp`` as the exact GP,

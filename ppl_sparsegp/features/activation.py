@@ -396,12 +396,13 @@ class ActivationFeatures(InducingFeature):
         return math.inf if q is None else (self.d + 2 * q) - _kernel_decay(kernel, self.d) - (self.d - 2)
 
     @validated
-    def tail(self, kernel: AKernel, a: Annotated[Any, OrNone(ArrayOf(rank=1))] = None):
+    def tail(self, kernel: AKernel, kernel_coefficients: Annotated[Any, OrNone(ArrayOf(rank=1))] = None):
         """(estimated relative tail, series sum) of the Kuu diagonal series at ``max_degree`` for a concrete
-        kernel (``a``: its coefficients a_0…a_L, computed when not given)."""
-        if a is None:
-            a = funk_hecke_coefficients(kernel, self.d, self.max_degree)
-        t = _terms(self.coefficients(), np.asarray(a, dtype=float), self.d)
+        kernel (``kernel_coefficients``: its Funk–Hecke coefficients a_0…a_L, (L + 1,), computed when not
+        given)."""
+        if kernel_coefficients is None:
+            kernel_coefficients = funk_hecke_coefficients(kernel, self.d, self.max_degree)
+        t = _terms(self.coefficients(), np.asarray(kernel_coefficients, dtype=float), self.d)
         total = float(np.sum(t))
         rounding = t < _ROUNDING * total
         last = np.nonzero(~rounding)[0][-1]

@@ -58,7 +58,7 @@ and longest lengthscales of interest ℓ_min ≤ ℓ_max (λ = √(2ν)/ℓ_min;
   HSGP: its boundary factor c must grow with ℓ/S.
 * **a wide prior cannot inflate the box**: the margin is capped at one data span (``max_margin``), never
   below 3ℓ_min. Without the cap a prior whose upper quantile is comparable to the span made the box four
-  spans wide and left the features unable to resolve the posterior's lengthscale (issue 29's series);
+  spans wide and left the features unable to resolve the posterior's lengthscale (a monthly series);
   lengthscales beyond the span are then resolved less well (the cost measured in
   :meth:`FourierFeatures.from_data`), which :func:`~ppl_sparsegp.diagnostics.adequacy` reports, and a
   posterior the features displaced fails :func:`~ppl_sparsegp.diagnostics.refinement_check`.
@@ -122,14 +122,15 @@ _MATERN_NAMES = {0.5: "Matern12", 1.5: "Matern32", 2.5: "Matern52"}
 
 
 class FourierFeatures(InducingFeature):
-    """Variational Fourier features on [a, b] for 1-D inputs (X of shape (N, 1)).
+    """Variational Fourier features on the box [a, b] = [lower, upper] for 1-D inputs (X of shape (N, 1)).
 
-    :param a: left end of the interval (wider than the data; see [1, §6.1.2]).
-    :param b: right end, b > a.
+    :param lower: a, the left end of the box (wider than the data; see [1, §6.1.2]).
+    :param upper: b, the right end, upper > lower.
     :param num_frequencies: M ≥ 1 frequencies including 0, giving 2M − 1 features.
     """
 
-    _static = ("a", "b", "num_frequencies")
+    _static = ("lower", "upper", "num_frequencies")
+    _renamed_fields = {"a": "lower", "b": "upper"}  # fits saved before the box was lower/upper
 
     @classmethod
     @validated
@@ -189,13 +190,13 @@ class FourierFeatures(InducingFeature):
         return cls(a, b, _capped(frequencies_needed(a, b, lo, nu, tolerance), a, b, lo, tolerance))
 
     @validated
-    def __init__(self, a: Annotated[float, Real()], b: Annotated[float, Real()], num_frequencies: Count):
-        if not (np.isfinite(a) and np.isfinite(b) and float(a) < float(b)):
-            raise ValueError(f"the interval must satisfy a < b (finite), got a={a!r}, b={b!r}")
+    def __init__(self, lower: Annotated[float, Real()], upper: Annotated[float, Real()], num_frequencies: Count):
+        if not (np.isfinite(lower) and np.isfinite(upper) and float(lower) < float(upper)):
+            raise ValueError(f"the box must satisfy lower < upper (finite), got lower={lower!r}, upper={upper!r}")
         if (isinstance(num_frequencies, bool) or not isinstance(num_frequencies, (int, np.integer, float))
                 or int(num_frequencies) != num_frequencies or num_frequencies < 1):
             raise ValueError(f"num_frequencies must be a positive integer, got {num_frequencies!r}")
-        self._set(a=float(a), b=float(b), num_frequencies=int(num_frequencies))
+        self._set(lower=float(lower), upper=float(upper), num_frequencies=int(num_frequencies))
 
     @property
     def num_features(self):
@@ -204,7 +205,7 @@ class FourierFeatures(InducingFeature):
     def refined(self) -> "FourierFeatures":
         """The same box with twice the highest frequency (2M − 1 frequencies): it resolves lengthscales
         half as long (:meth:`resolved_lengthscale`)."""
-        return FourierFeatures(self.a, self.b, 2 * self.num_frequencies - 1)
+        return FourierFeatures(self.lower, self.upper, 2 * self.num_frequencies - 1)
 
     @validated
     def served_lengthscales(self, x: Inputs, nu: Nu = 1.5, tolerance: Tolerance = 0.01,
@@ -215,14 +216,14 @@ class FourierFeatures(InducingFeature):
         lengthscale whose edge effect (about ``margin`` lengthscales into the box) stays off the data,
         the rule of :meth:`from_data` read backwards."""
         x = np.asarray(x, dtype=float)
-        pad = min(float(x.min()) - self.a, self.b - float(x.max()))
+        pad = min(float(x.min()) - self.lower, self.upper - float(x.max()))
         return self.resolved_lengthscale(nu, tolerance), max(pad, 0.0) / margin if margin > 0 else math.inf
 
     @validated
     def resolved_lengthscale(self, nu: Nu = 1.5, tolerance: Tolerance = 0.01) -> float:
         """The shortest Matérn-ν lengthscale of which these frequencies leave at most ``tolerance`` of the
         prior variance unresolved (the inverse of the size rule :func:`frequencies_needed`)."""
-        w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.b - self.a)
+        w_max = float(self.omegas()[-1]) if self.num_frequencies > 1 else 2 * math.pi / (self.upper - self.lower)
         return resolved_frequency(nu, tolerance) * math.sqrt(2 * nu) / w_max
 
     @validated
@@ -234,15 +235,17 @@ class FourierFeatures(InducingFeature):
         2M − 1 features, at most ``max_features``."""
         if isinstance(kernel, Periodic):
             cap = MAX_FREQUENCIES if max_features is None else min(MAX_FREQUENCIES, (max_features + 1) // 2)
-            return FourierFeatures(self.a, self.b, harmonics_needed(kernel, tolerance, max_harmonics=max(cap, 1)))
+            return FourierFeatures(self.lower, self.upper,
+                                   harmonics_needed(kernel, tolerance, max_harmonics=max(cap, 1)))
         nu = getattr(kernel, "nu", None)
         if nu not in (0.5, 1.5, 2.5):
             return None
         ell = float(np.min(np.asarray(kernel.lengthscale)))
-        M = frequencies_needed(self.a, self.b, ell, nu, tolerance)
-        check_feature_cap(2 * M - 1, max_features, f"FourierFeatures on [{self.a:.4g}, {self.b:.4g}] at lengthscale "
+        M = frequencies_needed(self.lower, self.upper, ell, nu, tolerance)
+        check_feature_cap(2 * M - 1, max_features, f"FourierFeatures on [{self.lower:.4g}, {self.upper:.4g}] at "
+                                                   "lengthscale "
                                                    f"{ell:.3g} (Matérn-{nu}) and tolerance {tolerance:.3g}")
-        return FourierFeatures(self.a, self.b, _capped(M, self.a, self.b, ell, tolerance))
+        return FourierFeatures(self.lower, self.upper, _capped(M, self.lower, self.upper, ell, tolerance))
 
     def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
         """The fix from the posterior's lengthscales
@@ -253,10 +256,10 @@ class FourierFeatures(InducingFeature):
         short, long = float(np.quantile(lengthscales, 0.05)), float(np.quantile(lengthscales, 0.95))
         nu = float(getattr(kernel, "nu", 1.5))
         x = np.asarray(X)[:, 0]
-        lo, hi = min(float(x.min()) - 3 * long, self.a), max(float(x.max()) + 3 * long, self.b)
+        lo, hi = min(float(x.min()) - 3 * long, self.lower), max(float(x.max()) + 3 * long, self.upper)
         need = frequencies_needed(lo, hi, short, nu, tolerance / 2)  # from_data's rule
         tips = []
-        if (lo, hi) != (self.a, self.b):
+        if (lo, hi) != (self.lower, self.upper):
             tips.append(f"widen the box to [{lo:.4g}, {hi:.4g}] (3 lengthscales beyond the data at the 95% "
                         f"quantile {long:.3g})")
         if need > self.num_frequencies:
@@ -268,9 +271,10 @@ class FourierFeatures(InducingFeature):
         """A periodic kernel's period must be fixed: the box [a, b] is one period
         (:meth:`~ppl_sparsegp.features.InducingFeature.check_free_hyperparameters`)."""
         if isinstance(kernel, Periodic) and isinstance(kernel.period, (Distribution, Param)):
-            raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box [a, b] = "
-                             f"[{self.a:g}, {self.b:g}] is one period, so the period cannot be sampled; give "
-                             f"period={self.b - self.a:g} (a number), or use features that do not fix it "
+            raise ValueError(f"{what}: FourierFeatures with a Periodic kernel need a fixed period: the box "
+                             "[lower, upper] = "
+                             f"[{self.lower:g}, {self.upper:g}] is one period, so the period cannot be sampled; give "
+                             f"period={self.upper - self.lower:g} (a number), or use features that do not fix it "
                              f"(InducingPoints) to learn the period")
 
     def refinement_note(self, finer, nu) -> str:
@@ -289,12 +293,13 @@ class FourierFeatures(InducingFeature):
             return None
         m = self.refined().num_frequencies
         if shortest is not None and shortest > 0:
-            m = max(m, frequencies_needed(self.a, self.b, shortest, nu, 0.01))
-        new, site = FourierFeatures(self.a, self.b, m), f"{name}_kernel_lengthscale"
+            m = max(m, frequencies_needed(self.lower, self.upper, shortest, nu, 0.01))
+        new, site = FourierFeatures(self.lower, self.upper, m), f"{name}_kernel_lengthscale"
         reach = "" if shortest is None else (f"{site}'s refined posterior reaches {shortest:.3g} (5% quantile) where "
                                              f"the features resolve {self.resolved_lengthscale(nu):.3g}: ")
         lengthscale = f"{shortest:.3g}" if shortest is not None else f"{new.resolved_lengthscale(nu):.3g}"
-        return new, (f"{reach}use {name}'s FourierFeatures({new.a:.6g}, {new.b:.6g}, {new.num_frequencies}) (the "
+        return new, (f"{reach}use {name}'s FourierFeatures({new.lower:.6g}, {new.upper:.6g}, "
+                     f"{new.num_frequencies}) (the "
                      f"same box, which keeps the prior's long lengthscales; or FourierFeatures.from_data(x, "
                      f"{_MATERN_NAMES.get(float(nu), 'Matern32')}(1.0, {lengthscale}), "
                      f"max_lengthscale=<the lengthscale prior>))")
@@ -302,7 +307,7 @@ class FourierFeatures(InducingFeature):
     @validated
     def omegas(self, dtype: FloatDtype = None):
         """ω_m = 2πm/(b − a), m = 0..M−1, of ``dtype`` (default: the float of JAX's precision)."""
-        w = 2 * math.pi * np.arange(self.num_frequencies) / (self.b - self.a)  # static: no program to compile
+        w = 2 * math.pi * np.arange(self.num_frequencies) / (self.upper - self.lower)  # static: no program to compile
         return jnp.asarray(w, dtype=jnp.result_type(float) if dtype is None else dtype)
 
     def check_inputs(self, X, name="X"):
@@ -318,11 +323,12 @@ class FourierFeatures(InducingFeature):
             return X
         if is_concrete(X) and not hasattr(X, "points"):
             x = np.asarray(X, dtype=float).reshape(-1)
-            out = (x < self.a) | (x > self.b)
+            out = (x < self.lower) | (x > self.upper)
             if out.any():
                 warnings.warn(
-                    f"{name} has {int(out.sum())} of {x.size} points outside the box [a, b] = [{self.a:.4g}, "
-                    f"{self.b:.4g}] of its FourierFeatures (from {x.min():.4g} to {x.max():.4g}): there the "
+                    f"{name} has {int(out.sum())} of {x.size} points outside the box [lower, upper] = "
+                    f"[{self.lower:.4g}, "
+                    f"{self.upper:.4g}] of its FourierFeatures (from {x.min():.4g} to {x.max():.4g}): there the "
                     f"features resolve nothing and the prediction reverts to the prior; widen the box, e.g. "
                     f"FourierFeatures.from_data(concatenate([x_train, x_new]), kernel)",
                     OutsideDomainWarning, stacklevel=3)
@@ -332,13 +338,13 @@ class FourierFeatures(InducingFeature):
     def inside(self, X: Inputs) -> bool:
         """Whether every input lies in [a, b] (then Kuf does not depend on the hyperparameters)."""
         x = np.asarray(X)
-        return bool(np.all((x >= self.a) & (x <= self.b)))
+        return bool(np.all((x >= self.lower) & (x <= self.upper)))
 
     @validated
     def basis(self, x: Annotated[Any, ArrayOf(rank=1)]):
         """The basis φ(x) = [1, cos ω_m(x−a), sin ω_m(x−a)] for a vector x: (2M−1, N)."""
         w = self.omegas(x.dtype)
-        t = w[:, None] * (x[None, :] - self.a)
+        t = w[:, None] * (x[None, :] - self.lower)
         return jnp.concatenate([jnp.cos(t), jnp.sin(t[1:])], axis=0)
 
 
@@ -432,18 +438,19 @@ def _tail(nu, T):
 
 
 @validated
-def frequencies_needed(a: Annotated[float, Real()], b: Annotated[float, Real()], lengthscale: Positive, nu: Nu,
+def frequencies_needed(lower: Annotated[float, Real()], upper: Annotated[float, Real()], lengthscale: Positive, nu: Nu,
                        tolerance: Tolerance) -> int:
     """The size rule: the fewest M on [a, b] with :math:`\\omega_{M-1} \\ge T\\lambda` at ℓ (λ = √(2ν)/ℓ).
 
-    :param a: the box's left end; ``b`` its right end, b > a.
+    :param lower: a, the box's left end; ``upper`` (b) its right end, upper > lower.
     :param lengthscale: ℓ > 0, the shortest lengthscale to resolve; ``nu`` the Matérn order (0.5, 1.5, 2.5).
     :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
-    :raises ValueError: for b ≤ a."""
-    if not a < b:
-        raise ValueError(f"frequencies_needed: the box must satisfy a < b, got a={a!r}, b={b!r}")
+    :raises ValueError: for upper ≤ lower."""
+    if not lower < upper:
+        raise ValueError(f"frequencies_needed: the box must satisfy lower < upper, got lower={lower!r}, "
+                         f"upper={upper!r}")
     T = resolved_frequency(nu, tolerance)
-    return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (b - a) / (2 * math.pi))
+    return 1 + math.ceil(T * math.sqrt(2 * nu) / lengthscale * (upper - lower) / (2 * math.pi))
 
 
 #: the most frequencies :meth:`FourierFeatures.from_data` returns (the constructor takes any M)
@@ -549,7 +556,7 @@ def _kuu_fourier_parts(feature, kernel):
     dtype = jnp.result_type(kernel.variance, float)
     w = feature.omegas(dtype)
     s = kernel.spectral_density(w[:, None])  # s(ω_m), library convention = [1, eq. 5-10]
-    half = 0.5 * (feature.b - feature.a)
+    half = 0.5 * (feature.upper - feature.lower)
     d = half * jnp.concatenate([2.0 / s[:1], 1.0 / s[1:], 1.0 / s[1:]])  # Eq. (62-64) [1]
     sigma = jnp.sqrt(kernel.variance)
     lam = jnp.reshape(kernel.lam, ())
@@ -576,7 +583,7 @@ def _kuf_fourier(feature, kernel, X):
             return feature.basis(jnp.asarray(X[:, 0], dtype))
     x = X[:, 0].astype(dtype)
     w = feature.omegas(dtype)[:, None]
-    xc = jnp.clip(x, feature.a, feature.b)
+    xc = jnp.clip(x, feature.lower, feature.upper)
     r = jnp.abs(x - xc)[None, :]  # distance to the nearest edge; 0 inside
     lam = jnp.reshape(kernel.lam, ())
     e = jnp.exp(-lam * r)
@@ -588,7 +595,7 @@ def _kuf_fourier(feature, kernel, X):
     else:
         cos_edge = (1 + lam * r + 0.5 * (lam**2 - w**2) * r**2) * e
         sin_edge = (1 + lam * r) * e
-    t = w * (xc[None, :] - feature.a)
+    t = w * (xc[None, :] - feature.lower)
     outside = r > 0
     cos_rows = jnp.where(outside, cos_edge, jnp.cos(t))
     sin_rows = jnp.where(outside, (x - xc)[None, :] * w * sin_edge, jnp.sin(t))
@@ -605,9 +612,10 @@ def _periodic_coefficients(feature, kernel):
         raise ValueError("FourierFeatures with a Periodic kernel need a fixed period (the box is one period): "
                          "give period as a number, not a prior")
     p = float(kernel.period)
-    if abs((feature.b - feature.a) - p) > 1e-9 * p:
+    if abs((feature.upper - feature.lower) - p) > 1e-9 * p:
         raise ValueError(f"FourierFeatures for a Periodic kernel must span one period: b − a = "
-                         f"{feature.b - feature.a:g} but period = {p:g}; use FourierFeatures(a, a + period, M)")
+                         f"{feature.upper - feature.lower:g} but period = {p:g}; use FourierFeatures(lower, "
+                         "lower + period, num_frequencies)")
     q = kernel.fourier_coefficients(feature.num_frequencies)
     # coefficients below the dtype's range are 0; Kuu = diag(q) must stay invertible, and a floor at the
     # smallest normal number changes Q = Σ q_j φ_j φ_jᵀ by less than rounding (Kuu⁻¹Kuf = φ is unchanged)

@@ -78,15 +78,15 @@ class _Layout:
         self.sel = np.concatenate([d * self.L + np.concatenate([np.arange(f.num_frequencies),
                                                                 self.M + np.arange(f.num_frequencies - 1)])
                                    for d, f in enumerate(features)])
-        self.a = np.array([f.a for f in features])
-        self.scale = np.array([2 * math.pi / (f.b - f.a) for f in features])
+        self.lower = np.array([f.lower for f in features])
+        self.scale = np.array([2 * math.pi / (f.upper - f.lower) for f in features])
         j = np.arange(self.M)
         self.plus = j[:, None] + j[None, :] + 2 * (self.M - 1)  # G_{j+k} in the 1-D sums
         self.minus = j[:, None] - j[None, :] + 2 * (self.M - 1)  # G_{j−k}
 
     def thetas(self, X):
         """θ = 2π(x − a)/(b − a) ∈ [0, 2π] per input: (D, n)."""
-        return (self.scale * (X - self.a)).T
+        return (self.scale * (X - self.lower)).T
 
     def gather(self, padded):
         """(D·L, D·L) or (D·L,) padded → the actual features."""

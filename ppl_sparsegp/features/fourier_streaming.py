@@ -62,19 +62,19 @@ def _check_box(features, Xb, start, name="X", where=""):
     for d, f in enumerate(features):
         col = Xb[:, d]
         lo, hi = col.min(), col.max()
-        if lo < f.a or hi > f.b:
-            bad = lo if lo < f.a else hi
+        if lo < f.lower or hi > f.upper:
+            bad = lo if lo < f.lower else hi
             raise ValueError(
-                f"{name}[:, {d}] (dimension {d}) has the value {float(bad)!r} outside the box [a, b] = "
-                f"[{f.a}, {f.b}] of its FourierFeatures (rows {start}..{start + len(Xb) - 1}{where}): "
+                f"{name}[:, {d}] (dimension {d}) has the value {float(bad)!r} outside the box [lower, upper] = "
+                f"[{f.lower}, {f.upper}] of its FourierFeatures (rows {start}..{start + len(Xb) - 1}{where}): "
                 f"precomputed statistics need the box to contain "
-                f"the data (widen [a, b], or use CollapsedGP on the raw data)")
+                f"the data (widen [lower, upper], or use CollapsedGP on the raw data)")
 
 
 
 def feature_spec(features):
     """A hashable description (a, b, M) per dimension, the cache key of the compiled chunk functions."""
-    return tuple((f.a, f.b, f.num_frequencies) for f in features)
+    return tuple((f.lower, f.upper, f.num_frequencies) for f in features)
 
 
 def _threads(mesh, threads=None):
@@ -168,7 +168,7 @@ def statistics_pass(features, X, y, *, chunk_size, method, eps, mesh, threads=No
     ``where``; ``bucket`` as :func:`_stream`. Also the per-partition work of the Dask path
     (:mod:`.fourier_dask`)."""
     N, D = _check_shapes(features, X, y)
-    inside = np.array([f.a for f in features])  # padding rows: a point inside every box
+    inside = np.array([f.lower for f in features])  # padding rows: a point inside every box
 
     def load(start, stop):
         Xb = _rows(X, start, stop, D)
@@ -191,7 +191,7 @@ def projection_pass(features, X, alpha, C, kff, *, chunk_size, method, eps, mesh
     """(mean, var) float64 NumPy arrays over the rows of X, streamed in this process (also the
     per-partition work of the Dask path)."""
     N, D = _check_shapes(features, X, None)
-    inside = np.array([f.a for f in features])
+    inside = np.array([f.lower for f in features])
 
     def load(start, stop):
         Xb = _rows(X, start, stop, D)

@@ -52,7 +52,7 @@ measured on the shared 2-core machine (load ≈ 5) 0.2 s for d = 9, n = 3 (N = 1
 (N = 450), 3.7 s for n = 5 (N = 1122), 18 s for n = 6 (N = 2508). The condition number of
 :math:`A_n` (which bounds the rounding Y carries) was 1.4e3, 3.4e3, 2.2e4 and 7.5e4 there. :math:`C_n^\alpha` is
 evaluated by the three-term recurrence, never by the monomial expansion (which loses every digit by
-n = 40 in float64; measured in the closing note of issue 31).
+n = 40 in float64; measured).
 
 **Limits.** d ≥ 3 (input_dim ≥ 2; for one input use :class:`~ppl_sparsegp.features.FourierFeatures`)
 and at most :data:`MAX_HARMONICS_PER_DEGREE` = 2600 harmonics in any one degree: the highest degree is
@@ -192,8 +192,9 @@ class SphericalHarmonicFeatures(InducingFeature):
         vanishing degree among them.
     :param degrees: optional explicit tuple of degrees (overrides ``max_degree``'s range; each ≤ the
         supported limit).
-    :param data_box: optional ((min per column), (max per column)) of the training inputs, for
-        :meth:`warn_outside` (set by :meth:`from_data`).
+    :param lower: optional (input_dim,) minima per column of the training inputs' box, for
+        :meth:`warn_outside` (set by :meth:`from_data`); given with ``upper``.
+    :param upper: optional (input_dim,) maxima per column of that box; given with ``lower``.
     :param vanishing: the kernel's vanishing-degree rule, (kernel class, its static fields), which
         :meth:`refined` uses to skip the vanishing degrees; set from ``kernel`` (give ``kernel`` instead).
     :raises ValueError: input_dim < 2, a negative or too large degree (naming the largest supported one).
@@ -204,8 +205,9 @@ class SphericalHarmonicFeatures(InducingFeature):
     kuf_kernel_fields = ("lengthscale", "bias")  # the input mapping x -> [x / s, b] / r
     one_pass_with_fixed_map = True  # spherical_statistics, registered as sufficient_statistics (fit_spherical)
 
-    _static = ("input_dim", "degrees", "data_box", "vanishing")
+    _static = ("input_dim", "degrees", "lower", "upper", "vanishing")
     _static_defaults = {"vanishing": None}  # fits saved before it: no rule, the degrees as saved
+    _renamed_fields = {"data_box": ("lower", "upper")}  # fits saved before the box was lower/upper
 
     @classmethod
     @validated
@@ -265,8 +267,8 @@ class SphericalHarmonicFeatures(InducingFeature):
                                                       f"{unresolved[best]:.3g} unresolved: raise the tolerance or "
                                                       "max_features" if best is not None else "raise max_features"),
                 int(sizes[L]), max_features)
-        box = (tuple(float(v) for v in X.min(0)), tuple(float(v) for v in X.max(0)))
-        return cls(D, L, kernel=kernel, data_box=box)
+        return cls(D, L, kernel=kernel, lower=tuple(float(v) for v in X.min(0)),
+                   upper=tuple(float(v) for v in X.max(0)))
 
     def refined(self) -> "SphericalHarmonicFeatures":
         """Degrees up to twice the highest (a chordal lengthscale about half as long: the coefficients'
@@ -291,8 +293,8 @@ class SphericalHarmonicFeatures(InducingFeature):
         else:
             gone = {n % 2 for n in range(3, L + 1) if n not in self.degrees}
             extra = [n for n in range(L + 1, top + 1) if n < 3 or n % 2 not in gone]
-        return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), data_box=self.data_box,
-                          vanishing=self.vanishing)
+        return type(self)(self.input_dim, top, degrees=self.degrees + tuple(extra), lower=self.lower,
+                          upper=self.upper, vanishing=self.vanishing)
 
     @validated
     def resized(self, X: Inputs, kernel: AKernel, tolerance: Tolerance, max_features: MaybeCount = None):
@@ -302,13 +304,15 @@ class SphericalHarmonicFeatures(InducingFeature):
         if not isinstance(kernel, Zonal):
             return None
         out = type(self).from_data(X, kernel, tolerance=tolerance, max_features=max_features)
-        return type(self)(self.input_dim, out.max_degree, kernel=kernel, data_box=self.data_box or out.data_box)
+        box = (self.lower, self.upper) if self.lower is not None else (out.lower, out.upper)
+        return type(self)(self.input_dim, out.max_degree, kernel=kernel, lower=box[0], upper=box[1])
 
     @validated
     def __init__(self, input_dim: Annotated[int, Integer(2)], max_degree: Annotated[int, NonNegativeInt()], *,
                  kernel: Annotated[Any, OrNone(AKernel.__metadata__[0])] = None,
                  degrees: Annotated[Any, OrNone(InstanceOf(list, tuple, range, what="a sequence of degrees"))] = None,
-                 data_box: Annotated[Any, OrNone(InstanceOf(list, tuple, what="((min, ...), (max, ...))"))] = None,
+                 lower: Annotated[Any, OrNone(InstanceOf(list, tuple, np.ndarray, what="(input_dim,) minima"))] = None,
+                 upper: Annotated[Any, OrNone(InstanceOf(list, tuple, np.ndarray, what="(input_dim,) maxima"))] = None,
                  vanishing: Annotated[Any, OrNone(InstanceOf(tuple, what="(a Zonal kernel class, its static fields)"))]
                  = None):
         if isinstance(input_dim, bool) or not isinstance(input_dim, (int, np.integer)) or input_dim < 2:
@@ -330,14 +334,18 @@ class SphericalHarmonicFeatures(InducingFeature):
         if not degrees or degrees[0] < 0:
             raise ValueError(f"degrees must be non-negative integers (at least one), got {degrees!r}")
         check_degree(d, degrees[-1], "max_degree")
-        if data_box is not None:
-            lo, hi = (tuple(float(v) for v in b) for b in data_box)
-            if len(lo) != input_dim or len(hi) != input_dim:
-                raise ValueError(f"data_box must hold input_dim = {input_dim} minima and maxima")
-            data_box = (lo, hi)
+        if (lower is None) != (upper is None):
+            raise ValueError("lower and upper (the training inputs' box) are given together or not at all")
+        if lower is not None:
+            lower, upper = (tuple(float(v) for v in b) for b in (lower, upper))
+            if len(lower) != input_dim or len(upper) != input_dim:
+                raise ValueError(f"lower and upper must each hold input_dim = {input_dim} values, got "
+                                 f"{len(lower)} and {len(upper)}")
+            if not all(lo <= hi for lo, hi in zip(lower, upper)):
+                raise ValueError(f"the box must satisfy lower <= upper in every column, got {lower} and {upper}")
         if vanishing is not None:
             _vanishing_probe(vanishing)  # refuses anything but a rule of _vanishing_rule's form
-        self._set(input_dim=int(input_dim), degrees=degrees, data_box=data_box, vanishing=vanishing)
+        self._set(input_dim=int(input_dim), degrees=degrees, lower=lower, upper=upper, vanishing=vanishing)
 
     @property
     def d(self) -> int:
@@ -406,10 +414,10 @@ class SphericalHarmonicFeatures(InducingFeature):
         outside the box of the training inputs (:meth:`from_data`): there r grows, and f = r^p g(x̂)
         extrapolates along rays (grows like r^p for the arc-cosine kernels, tends to its value on the
         equator for p = 0) instead of reverting to the prior."""
-        if self.data_box is None or not is_concrete(X):
+        if self.lower is None or not is_concrete(X):
             return X
         x = np.asarray(X, dtype=float)
-        lo, hi = (np.asarray(b) for b in self.data_box)
+        lo, hi = np.asarray(self.lower), np.asarray(self.upper)
         span = np.maximum(hi - lo, 1e-12)
         out = np.any((x < lo - 0.1 * span) | (x > hi + 0.1 * span), axis=1)
         if out.any():
