@@ -24,7 +24,7 @@ steps for q(u) and Adam on the rest, 3000 steps): the fit lands at ℓ ≈ 5.5 (
 the 8 × 32 inducing inputs miss 4.6 % of the prior variance at the data (4.0 % with ``--seed 1``, 4.3 %
 with ``--init-seed 1``; tolerance 5 %), test RMSE 0.098 and NLPD −0.88, in about 1 min on two cores
 (66 s for fit and check; 3–3.5 min while other jobs shared the cores). The check is HKD's Nyström trace
-error [1, Eq. 24] over the prior variance (``tests/test_models_uci_hkd.py`` checks it against a dense
+error [1, Eq. 24] over the prior variance (``tests/models/test_models_uci_hkd.py`` checks it against a dense
 computation). It fails where the fit stops short: ``--optimizer adam`` stops at ℓ ≈ 3.8 (RMSE 0.111,
 40 s), where the same inducing inputs miss 12 %, and ``--num-steps 1500 --lr 0.02`` leaves 5.8 %. Read the
 harmonic features' gain against ``--features inducing`` at equal M (SVGP with the 256 k-means centres

@@ -1,4 +1,4 @@
-"""Runs the docs pages' scripts one after another in this one process (``tests/test_docs_pages.py``).
+"""Runs the docs pages' scripts one after another in this one process (``tests/docs/test_docs_pages.py``).
 
 Usage: ``python -X faulthandler page_runner.py MANIFEST RESULTS TIMEOUT``. MANIFEST is a JSON list of
 ``{"page", "script", "cwd"}``; for each page in order the script runs in a fresh namespace as

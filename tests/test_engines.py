@@ -2,7 +2,7 @@
 computed by hand (SGD and Adam on a quadratic), on the natural-gradient step that overshoots (γ = 1 on a
 mean-field q of a coupled posterior) and without false alarms on noisy minibatch and Monte Carlo ELBOs;
 fit_nuts against an analytic posterior; the arguments' checks. (The blocks, the progress bar and the
-non-finite stop: tests/test_runner.py, which runs the same loop.)"""
+non-finite stop: tests/inference/test_runner.py, which runs the same loop.)"""
 import math
 
 import jax
@@ -70,7 +70,7 @@ def test_a_fit_that_ends_far_worse_than_it_started_raises_naming_lr():
 
 def _mean_field(noise=1e-2):
     """A mean-field SparseGP on a coupled posterior (λ_max(D⁻¹Λ) ≈ 2.8: γ = 1 is a diverging Jacobi
-    iteration; tests/test_natural_gradients.py)."""
+    iteration; tests/optim/test_natural_gradients.py)."""
     rng = np.random.default_rng(7)
     X = rng.uniform(-1, 1, (40, 1))
     y = np.sin(3 * X[:, 0]) + np.sqrt(noise) * rng.standard_normal(40)

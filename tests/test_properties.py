@@ -26,12 +26,13 @@ parameters the library was given (rounded to the tested dtype first):
     the q structures it is paired with, and for every structure as q against the whitened prior N(0, I).
 
 (b), (c) and (d) also run over the registry of families (:data:`ppl_sparsegp.features.FAMILIES`, complete by
-``tests/test_registry.py``), each at its test-sized instance: every family, the integral-transform and
+``tests/features/test_registry.py``), each at its test-sized instance: every family, the integral-transform and
 spherical ones included; (b) and (c) only where the family declares ``covariance_of_prior``.
 
 Random Fourier features are not in (b) and (c): their Kuu, Kuf are not covariances of the GP prior, so
 :math:`K_{ff} - Q_{ff}` is indefinite and their "bound" (the sparse-spectrum marginal likelihood) may exceed
-the exact value (``tests/test_collapsed.py`` checks it against a dense evaluation instead); they are in (d).
+the exact value (``tests/approximations/test_collapsed.py`` checks it against a dense evaluation instead); they
+are in (d).
 
 **Cost.** jit compilation dominates (1–3 s per new structure, family or shape on one core), so the fast
 tier (unmarked) draws the *values* (hyperparameters, data, matrices, conditioning) with one structure per
@@ -734,7 +735,7 @@ def test_whitened_equals_centred_every_family(family):
 
 # ==================================================================================================
 # (b), (c), (d) on the registry: every family of ppl_sparsegp.features.FAMILIES at its test-sized
-# instance (tests/test_registry.py checks the registry is complete), values drawn
+# instance (tests/features/test_registry.py checks the registry is complete), values drawn
 # ==================================================================================================
 REGISTRY_BOUND = [f for f in REGISTRY if f.feature_class.covariance_of_prior]  # (b), (c): covariances only
 

@@ -3,7 +3,8 @@
 At ``--xla_backend_optimization_level=0`` *together with* ``--xla_cpu_use_fusion_emitters=false`` (the
 fast suite's flags, chosen for compile speed), jaxlib 0.10.2's CPU backend returns a wrong jitted Hessian
 of the exact GP's log joint in the unconstrained coordinates: −7.9·10²⁷⁴ where eager evaluation, and the
-jitted Hessian under either flag alone or at -O1, give 123.43 (measured on ``tests/test_pilot.py``'s model;
+jitted Hessian under either flag alone or at -O1, give 123.43 (measured on
+``tests/approximations/test_pilot.py``'s model;
 a plain hand-written Cholesky density does not show it). The library computes the pilot's Hessians eagerly
 for that reason (``approximations/pilot.py``); any test that jits a second derivative of a Cholesky-based
 density under the suite's flags must compare it with an eager one. This test is a strict xfail while the

@@ -6,7 +6,7 @@ whose ``__all__`` lists the same object (for a class or function, the module tha
 module lists it). So a name that is re-exported (``ppl_sparsegp.SparseGP`` is
 ``ppl_sparsegp.approximations.sparse.SparseGP``) has one entry, which the cross-reference resolver in
 ``conf.py`` finds under every public path. A new public name needs no edit of the docs: add it to its
-module's ``__all__``. ``tests/test_docs_api.py`` checks that every name is covered.
+module's ``__all__``. ``tests/docs/test_docs_api.py`` checks that every name is covered.
 """
 from __future__ import annotations
 

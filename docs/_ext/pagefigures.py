@@ -7,7 +7,7 @@ Each figure a page shows from ``/_generated/<job>/<file>`` is made by one job, r
   reduced size (:data:`PINES_ARGS`: 2 chains of 150 + 150 iterations, about a minute on 2 cores), which
   writes ``fit.png``, the posterior mean intensity;
 * ``guide/<page>``: the page's own code, its ``python`` blocks and code cells joined into one script (the
-  rule of ``tests/test_docs_pages.py``, which runs the same script in the fast suite) and run at the
+  rule of ``tests/docs/test_docs_pages.py``, which runs the same script in the fast suite) and run at the
   tests' reduced size (``QUICK=1``); the page's code writes the PNG into its working directory.
 
 A job runs again only when its inputs change (the page, or the package's and the job's sources: a hash in

@@ -29,7 +29,7 @@ float32 evaluation raises (a refusal, e.g. a Cholesky failure of a concrete Kuu)
 validation would have refused.
 
 Data (fixed seeds): N = 1000 (``--quick``: 300) noisy observations, σ² = ``--noise`` (default 1e-2, the
-float32 regime of ``tests/test_collapsed.py``) and σ_f² = 1: x ~ U(0, 1), y = sin(12 x) + noise for the
+float32 regime of ``tests/approximations/test_collapsed.py``) and σ_f² = 1: x ~ U(0, 1), y = sin(12 x) + noise for the
 1-D families on an interval (inducing points, VFF on the box [−0.5, 1.5], random Fourier features);
 x ~ N(0, 1), y = sin(2 x) + noise for Hermite and trigonometric VOF; x ~ N(0, I₂),
 y = cos x₁ + x₂ + noise for the harmonic features; x ~ U(0, 1)², y = sin 6x₁ + x₂² + noise for

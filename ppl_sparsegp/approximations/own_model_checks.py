@@ -1,7 +1,7 @@
 """The entry checks of the own-model primitives (:func:`~ppl_sparsegp.spectral_gp`,
 :func:`~ppl_sparsegp.marginal_spectral_gp`): a bad input is refused before any computation, with a
 message that names the argument and the fix, instead of an error from JAX or NumPyro further down or a
-silently wrong density (the table of ``tests/test_bad_input.py``)."""
+silently wrong density (the table of ``tests/validation/test_bad_input.py``)."""
 from __future__ import annotations
 
 import jax.numpy as jnp

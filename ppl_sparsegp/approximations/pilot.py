@@ -130,7 +130,7 @@ def _laplace_log_mass(model, args, kwargs, sites, values):
     coordinates u (where the priors' supports are the whole space):
     :math:`\log p(y, \theta(\hat u)) + \log|\det J(\hat u)| + \tfrac d2 \log 2\pi - \tfrac12
     \log\det H`, H the Hessian of :math:`-\log p(y, \theta(u)) - \log|\det J(u)|` at the optimum
-    (MacKay 2003, Eq. 27.10). Exact for a posterior Gaussian in u (``tests/test_pilot.py``)."""
+    (MacKay 2003, Eq. 27.10). Exact for a posterior Gaussian in u (``tests/approximations/test_pilot.py``)."""
     objective, x0, _ = unconstrained(model, args, kwargs, sites, values)
     return laplace(objective, x0, values)[0]
 

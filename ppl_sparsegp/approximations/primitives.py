@@ -24,7 +24,7 @@ the user's guide (the SVGP of [2] on the user's own model)::
     svi = SVI(model, guide, numpyro.optim.Adam(0.005), TraceMeanField_ELBO())
 
 Whitened, the guide's kernel only gives Kuu's structure (any concrete kernel of the family will do).
-Tested on a heteroscedastic two-GP model against NUTS (``tests/test_primitives.py``): with 20 000 steps
+Tested on a heteroscedastic two-GP model against NUTS (``tests/approximations/test_primitives.py``): with 20 000 steps
 the posterior means at the data are within 0.08 NUTS sd (median) for f; 3 000 steps leave f 1.8 sd off
 where the noise is small, so watch the loss settle.
 

@@ -58,7 +58,7 @@ N(d, n)`), and every entry is bounded by it, so (3) converges iff :math:`\sum_n 
   kernel of the activation's own order diverges**, t_n constant per harmonic); ReLU^q against Matérn-ν:
   k = 2q + 3 − 2ν − d > 1 ⟺ q > ν + α (S²: ReLU² with ν = 1/2 only; S³ likewise; none from S⁴); erf:
   every kernel whose zeros it respects (Matérn: all; κ₀ and κ₂ for c = 0). All exponents were measured from
-  the computed coefficients (``tests/test_activation.py``). Any other pair is refused, naming the pair and
+  the computed coefficients (``tests/features/test_activation.py``). Any other pair is refused, naming the pair and
   the fix (:meth:`ActivationFeatures.check_kernel`); a kernel whose decay is not declared here is refused too.
 
 **Completeness.** A convergent pair need not span :math:`\mathcal H`: the span of

@@ -66,7 +66,7 @@ exponential. With :math:`\cos a\cos b = \frac12[\cos(a+b) + \cos(a-b)]`:
 eq. (10) of [1] in this library's angular-frequency convention. :math:`K_{uu}` is a Gram matrix of
 :math:`L^2` inner products under the kernel, so PSD; it is held as a :class:`~ppl_sparsegp.linalg.Dense`
 operator with a relative jitter, as for inducing points. Both are checked against numerical quadrature in
-1-D and 2-D (``tests/test_integral_transform.py``). Cost: O(M²D) for Kuu, O(NMD) for Kuf; the conditional,
+1-D and 2-D (``tests/features/test_integral_transform.py``). Cost: O(M²D) for Kuu, O(NMD) for Kuf; the conditional,
 the KL and the collapsed bound are the library's generic ones.
 
 References:

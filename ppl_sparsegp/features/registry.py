@@ -2,8 +2,8 @@
 with a test-sized instance on a kernel it serves, and inputs where that instance is valid.
 
 :data:`FAMILIES` is what code that must treat every family alike iterates over: the cross-family tests
-(``tests/test_registry.py``, the registry part of ``tests/test_properties.py``) and
-:func:`~ppl_sparsegp.fit_spherical`'s list of families with one-pass statistics. ``tests/test_registry.py``
+(``tests/features/test_registry.py``, the registry part of ``tests/test_properties.py``) and
+:func:`~ppl_sparsegp.fit_spherical`'s list of families with one-pass statistics. ``tests/features/test_registry.py``
 checks that every concrete subclass of the base class that the package exports is registered here, so a
 new family cannot be left out of them: a new family adds its ``Family`` entry below.
 
@@ -77,7 +77,7 @@ def _fixed(shape, scale=1.0, seed=0):
     return scale * np.random.default_rng(seed).normal(size=shape)
 
 
-#: Every concrete feature family, one ``Family`` each (``tests/test_registry.py`` checks it is complete).
+#: Every concrete feature family, one ``Family`` each (``tests/features/test_registry.py`` checks it is complete).
 FAMILIES: tuple = (
     Family(InducingPoints, lambda: Matern52(1.0, 0.3),
            lambda k: InducingPoints(np.linspace(0.0, 1.0, 8)[:, None]), _interval),

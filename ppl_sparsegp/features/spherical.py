@@ -17,7 +17,8 @@ Gegenbauer polynomials,
 
 (the Funk–Hecke formula [2, Thm 1.2.9], harmonics orthonormal under the uniform probability measure;
 equation numbers in the code's ``# Eq.`` tags refer to this docstring: the paper [1] is not in
-``../shared/papers``, and every equation here was checked numerically in ``tests/test_spherical.py``). Degree n has
+``../shared/papers``, and every equation here was checked numerically in
+``tests/features/test_spherical.py``). Degree n has
 :math:`N(d, n) = \frac{2n+d-2}{n}\binom{n+d-3}{n-1}` harmonics (N(d, 0) = 1) and the addition theorem
 :math:`\sum_j Y_{n,j}(\mathbf x)Y_{n,j}(\mathbf y) = \frac{n+\alpha}{\alpha}C_n^\alpha(\mathbf x\cdot\mathbf y)`
 [2, Thm 1.2.6] gives :math:`k = \sigma^2 r^p r'^p\sum_n a_n\sum_j Y_{n,j}(\hat{\mathbf x})Y_{n,j}(\hat{\mathbf x}')`.

@@ -116,7 +116,7 @@ _POS = biject_to(constraints.positive)
 
 
 #: a schedule's step size γ in (0, 1], at least 1e-12: a smaller one underflows (to 0 in float32: the ramp's
-#: log-ratio is then infinite and γ_0 NaN; found by tests/test_validation.py's property test)
+#: log-ratio is then infinite and γ_0 NaN; found by tests/validation/test_validation.py's property test)
 Gamma = Annotated[float, Real(1e-12, 1.0)]
 _SPARSE_GP = "ppl_sparsegp.approximations.sparse.SparseGP"
 _DECOUPLED = "ppl_sparsegp.approximations.decoupled.OrthogonallyDecoupledGP"

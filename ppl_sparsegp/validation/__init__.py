@@ -22,7 +22,7 @@ model (``validated(forwards_to="model")``) refuses a keyword that is neither its
 parameter of that model, saying which it is not.
 
 The declarations are read once per function (the hints resolved in its module; ``from __future__ import
-annotations`` is fine) and listed by :func:`declared`: ``tests/test_validation.py`` enumerates every
+annotations`` is fine) and listed by :func:`declared`: ``tests/validation/test_validation.py`` enumerates every
 public callable and fails for a public parameter with neither a declaration nor a reasoned exemption, and
 generates each declaration's bad inputs (``Check.bad_values()``), so a new declaration brings its own
 test rows. The decorator also appends a "Checked arguments" line to the docstring, so the API reference

@@ -16,7 +16,7 @@ import pytest
 
 import ppl_sparsegp
 
-GLOSSARY = pathlib.Path(__file__).resolve().parents[1] / "docs" / "glossary.md"
+GLOSSARY = pathlib.Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 
 # retired parameter name -> the one name that replaces it (the glossary's "retired names" table)
 RETIRED = {

@@ -7,7 +7,7 @@ import pytest
 
 from ppl_sparsegp import datasets
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 
 

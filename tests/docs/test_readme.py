@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_is_short():

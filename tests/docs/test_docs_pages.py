@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([*(ROOT / "docs").glob("*.md"), *(ROOT / "docs" / "guide").glob("*.md")])
 FENCE = re.compile(r"^(?P<ticks>`{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=ticks)[ \t]*$", re.MULTILINE | re.DOTALL)
 RUN = {"python", "{code-cell} ipython3", "{code-cell} python3", "{code-cell} python"}
@@ -40,7 +40,7 @@ NO_RUN = {"bash", "text"}
 # MyST directives that are not code (a toctree, an image, an include, reST, a cell's output)
 DIRECTIVE = re.compile(r"^\{(?!code-cell\})[\w-]+\}")
 TIMEOUT = 300  # seconds a page may take
-RUNNER = Path(__file__).with_name("page_runner.py")
+RUNNER = Path(__file__).resolve().parents[1] / "page_runner.py"
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import pagefigures  # noqa: E402 -- the docs build's figure jobs (docs/_ext, on the path above)
 

@@ -15,7 +15,7 @@ import pytest
 
 import ppl_sparsegp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "_ext"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "docs" / "_ext"))
 import apigen  # noqa: E402
 
 DIRECTIVE = re.compile(r"^\s*\.\. auto(class|function|data|method|attribute)::\s+(\S+)", re.M)
@@ -118,7 +118,7 @@ def test_no_source_file_has_an_invalid_escape():
     import pathlib
     import warnings
 
-    root = pathlib.Path(__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[2]
     files = [p for d in ("ppl_sparsegp", "models", "inference") for p in (root / d).rglob("*.py")]
     assert len(files) > 50
     for path in files:

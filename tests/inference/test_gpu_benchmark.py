@@ -14,7 +14,7 @@ import pytest
 
 from inference.benchmarks import gpu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _parts():
