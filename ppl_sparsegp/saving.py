@@ -54,7 +54,6 @@ import json
 import math
 import os
 import tempfile
-import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -68,7 +67,7 @@ from .approximations.base import GPModel
 from .approximations.common import require_params
 from .diagnostics.traces import check_draws_match_model
 from .parameters import Module, Param, check_module_fields
-from .validation import InstanceOf, IsCallable, OrNone, Path, validated
+from .validation import InstanceOf, IsCallable, OrNone, Path, validated, warn_user
 
 __all__ = ["save_fit", "load_fit", "load_metadata", "FitFileError", "FORMAT", "FORMAT_VERSION"]
 
@@ -613,9 +612,9 @@ def load_fit(path: Path, *,
     header, arrays = _read(path)
     if not jax.config.jax_enable_x64 and any(a.dtype in (np.float64, np.complex128, np.int64)
                                              for a in arrays.values()):
-        warnings.warn(f"{os.fspath(path)} holds 64-bit arrays but jax_enable_x64 is off: JAX rounds them to 32 "
-                      f"bits, so predictions differ from the saved fit's; call "
-                      f"jax.config.update('jax_enable_x64', True) before load_fit", UserWarning, stacklevel=2)
+        warn_user(f"{os.fspath(path)} holds 64-bit arrays but jax_enable_x64 is off: JAX rounds them to 32 "
+                  f"bits, so predictions differ from the saved fit's; call "
+                  f"jax.config.update('jax_enable_x64', True) before load_fit", UserWarning)
     gp, params = _decode(header, arrays, os.fspath(path))
     if model is not None and "own_model" in header:
         try:

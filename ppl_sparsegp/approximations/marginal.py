@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from typing import Annotated, Any, NamedTuple
 
 import jax
@@ -76,6 +75,7 @@ from ..validation import (
     OrNone,
     PositiveScalar,
     validated,
+    warn_user,
 )
 from . import own_model_checks
 from .common import as_inputs as _as_inputs, project as _project, require_model as _require_model
@@ -636,5 +636,5 @@ def _warn_lost_statistics(y, parts, H, basis_is_callable):
                    "evaluated at X when the model is traced (or build the array with NumPy), unless it depends "
                    "on sampled values")
     if why:
-        warnings.warn(f"marginal_spectral_gp: each gradient costs O(N M'²) instead of O(M'³) from statistics "
-                      f"computed once, because {'; and '.join(why)}", stacklevel=3)
+        warn_user(f"marginal_spectral_gp: each gradient costs O(N M'²) instead of O(M'³) from statistics "
+                  f"computed once, because {'; and '.join(why)}")

@@ -25,7 +25,6 @@ References:
 from __future__ import annotations
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +34,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import log_density
 from scipy.optimize import minimize
 
+from ..validation import warn_user
 from .exact_marginal import exact_marginals
 
 __all__: list = []  # the pilot's and mode_check's internals
@@ -158,9 +158,9 @@ def find_optima(model, args, kwargs, sites, inits, num_steps, what="choose_featu
             continue
         res = minimize(fun, x, jac=True, method="L-BFGS-B", options={"maxiter": num_steps})
         if not res.success and res.nit >= num_steps:
-            warnings.warn(f"{what}: L-BFGS stopped short after num_steps={num_steps} iterations "
-                          f"({res.message}), not at an optimum: the modes are read from a point that is not one; "
-                          "raise num_steps (the default is 200)", UserWarning, stacklevel=4)
+            warn_user(f"{what}: L-BFGS stopped short after num_steps={num_steps} iterations "
+                      f"({res.message}), not at an optimum: the modes are read from a point that is not one; "
+                      "raise num_steps (the default is 200)", UserWarning)
         found.append((float(res.fun), res.x))
     if not found:
         raise ValueError(f"{what}: the log joint is not finite at any start; check the model's priors and data")

@@ -39,7 +39,6 @@ References:
 """
 from __future__ import annotations
 
-import warnings
 from functools import partial
 
 import jax
@@ -53,7 +52,7 @@ from ..gaussian import StructuredNormal
 from ..linalg import Identity
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
-from ..validation import AKernel, AName, Flag, validated
+from ..validation import AKernel, AName, Flag, validated, warn_user
 from . import own_model_checks
 from .common import DataInputs, MaybeInputs, MaybeOperator, PrimitiveFeature, as_inputs, project, require_model
 from .variational import QFamily, resolve_q_family
@@ -188,10 +187,10 @@ def _warn_tangled_lengthscale(feature, kernel):
     it by :attr:`~ppl_sparsegp.features.InducingFeature.moves_with_lengthscale`)."""
     ls = getattr(kernel, "lengthscale", None)
     if feature.moves_with_lengthscale and ls is not None and not is_concrete(ls):
-        warnings.warn("spectral_gp with RandomFourierFeatures and a sampled lengthscale: the frequencies scale "
-                      "with 1/ℓ, so the weights and ℓ are tangled and NUTS mixes poorly (measured: R-hat 1.85, "
-                      "bulk ESS 3 for ℓ); use ImportanceFourierFeatures.from_proposal(kernel at ℓ_min, ...), whose "
-                      "frequencies stay put (fine to ignore for SVI or MAP of ℓ)", UserWarning, stacklevel=3)
+        warn_user("spectral_gp with RandomFourierFeatures and a sampled lengthscale: the frequencies scale "
+                  "with 1/ℓ, so the weights and ℓ are tangled and NUTS mixes poorly (measured: R-hat 1.85, "
+                  "bulk ESS 3 for ℓ); use ImportanceFourierFeatures.from_proposal(kernel at ℓ_min, ...), whose "
+                  "frequencies stay put (fine to ignore for SVI or MAP of ℓ)", UserWarning)
 
 
 def _batched_projection(name, feature, kernel, whiten):

@@ -4,12 +4,11 @@
 on import: ``features/__init__.py`` imports this module)."""
 from __future__ import annotations
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 
 from ..covariances import Kuu
+from ..validation import warn_user
 
 __all__ = ["Float32Warning", "warn_float32", "warn_float32_gpu_matmul"]
 
@@ -24,8 +23,8 @@ def warn_float32(dtype, limited: bool, message: str):
     (``limited``); ``message`` names the limit, what was measured beyond it and the fix. At trace time
     under jit the warning is raised once per compilation."""
     if limited and jnp.dtype(dtype) == jnp.float32:
-        warnings.warn(message + "; use float64 (jax_enable_x64 with float64 inputs and hyperparameters)",
-                      Float32Warning, stacklevel=4)
+        warn_user(message + "; use float64 (jax_enable_x64 with float64 inputs and hyperparameters)",
+                  Float32Warning)
 
 
 # matmul precisions that keep float32's 24-bit mantissa on an NVIDIA GPU (JAX's default there may use TF32)

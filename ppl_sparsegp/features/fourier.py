@@ -71,7 +71,6 @@ References:
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Annotated, Any
 
 import jax
@@ -97,6 +96,7 @@ from ..validation import (
     Real,
     Tolerance,
     validated,
+    warn_user,
 )
 from .base import (
     FloatDtype,
@@ -325,13 +325,13 @@ class FourierFeatures(InducingFeature):
             x = np.asarray(X, dtype=float).reshape(-1)
             out = (x < self.lower) | (x > self.upper)
             if out.any():
-                warnings.warn(
+                warn_user(
                     f"{name} has {int(out.sum())} of {x.size} points outside the box [lower, upper] = "
                     f"[{self.lower:.4g}, "
                     f"{self.upper:.4g}] of its FourierFeatures (from {x.min():.4g} to {x.max():.4g}): there the "
                     f"features resolve nothing and the prediction reverts to the prior; widen the box, e.g. "
                     f"FourierFeatures.from_data(concatenate([x_train, x_new]), kernel)",
-                    OutsideDomainWarning, stacklevel=3)
+                    OutsideDomainWarning)
         return X
 
     @validated

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from functools import lru_cache, partial
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ..validation import warn_user
 from .fourier import FourierFeatures
 from .fourier_nufft import chunk_projection, chunk_statistics
 
@@ -103,6 +103,19 @@ def _compiled(kind, spec, method, eps, mesh, num_sharded, num_replicated, thread
                                  check_vma=False))
 
 
+def nufft_mesh(mesh, method):
+    """The mesh a pass runs on: ``mesh``, except for ``method="nufft"`` on several CPU devices, which runs
+    on the first alone. FINUFFT's CPU library plans its FFTs with FFTW, whose planner is not thread-safe,
+    and XLA runs the host devices' programs in threads of one process: two type-1 NUFFTs planned at once
+    can crash the process (a segfault met in the test suite, two forced host devices; FINUFFT issue
+    threads name the same race). FINUFFT keeps the threads per call it had on the mesh given (its
+    multi-threaded spreading adds in no fixed order, so the threads are not raised behind the caller's back)."""
+    devices = list(mesh.devices.flat)
+    if method == "nufft" and len(devices) > 1 and all(d.platform == "cpu" for d in devices):
+        return Mesh(np.array(devices[:1]), (_AXIS,))
+    return mesh
+
+
 def device_mesh(devices):
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
@@ -126,8 +139,8 @@ def check_method(method, eps, chunk_size, *, local=True):
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if local and not jax.config.jax_enable_x64:
-        warnings.warn("float64 is disabled (jax_enable_x64): per-chunk statistics are computed in "
-                      "float32; enable float64 for large N", stacklevel=3)
+        warn_user("float64 is disabled (jax_enable_x64): per-chunk statistics are computed in "
+                  "float32; enable float64 for large N")
     return int(chunk_size)
 
 
@@ -168,6 +181,7 @@ def statistics_pass(features, X, y, *, chunk_size, method, eps, mesh, threads=No
     ``where``; ``bucket`` as :func:`_stream`. Also the per-partition work of the Dask path
     (:mod:`.fourier_dask`)."""
     N, D = _check_shapes(features, X, y)
+    threads, mesh = _threads(mesh, threads), nufft_mesh(mesh, method)  # FINUFFT's threads as on the mesh given
     inside = np.array([f.lower for f in features])  # padding rows: a point inside every box
 
     def load(start, stop):
@@ -178,7 +192,7 @@ def statistics_pass(features, X, y, *, chunk_size, method, eps, mesh, threads=No
             raise ValueError(f"y contains NaN or inf (rows {offset + start}..{offset + stop - 1}{where})")
         return [(Xb, inside), (np.ones(stop - start), 0.0), (yb, 0.0)]
 
-    step = _compiled("stats", feature_spec(features), method, float(eps), mesh, 3, 0, _threads(mesh, threads))
+    step = _compiled("stats", feature_spec(features), method, float(eps), mesh, 3, 0, threads)
     total = None
     for out in _stream(X, N, D, chunk_size, mesh, load, step, bucket):
         part = [np.sum(np.asarray(o, np.float64), axis=0) for o in out]
@@ -191,6 +205,7 @@ def projection_pass(features, X, alpha, C, kff, *, chunk_size, method, eps, mesh
     """(mean, var) float64 NumPy arrays over the rows of X, streamed in this process (also the
     per-partition work of the Dask path)."""
     N, D = _check_shapes(features, X, None)
+    threads, mesh = _threads(mesh, threads), nufft_mesh(mesh, method)
     inside = np.array([f.lower for f in features])
 
     def load(start, stop):
@@ -198,7 +213,7 @@ def projection_pass(features, X, alpha, C, kff, *, chunk_size, method, eps, mesh
         _check_box(features, Xb, offset + start, where=where)
         return [(Xb, inside)]
 
-    step = _compiled("projection", feature_spec(features), method, float(eps), mesh, 1, 2, _threads(mesh, threads))
+    step = _compiled("projection", feature_spec(features), method, float(eps), mesh, 1, 2, threads)
     means, quads = [], []
     for mean, quad in _stream(X, N, D, chunk_size, mesh, load, lambda Xs: step(Xs, alpha, C), bucket):
         means.append(np.asarray(mean, np.float64).reshape(-1))

@@ -101,7 +101,6 @@ References:
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Annotated, Any
 
 import jax
@@ -127,6 +126,7 @@ from ..validation import (
     Quantile,
     Tolerance,
     validated,
+    warn_user,
 )
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, constant_kuf
 from .spherical_harmonics import (
@@ -422,14 +422,14 @@ class SphericalHarmonicFeatures(InducingFeature):
         span = np.maximum(hi - lo, 1e-12)
         out = np.any((x < lo - 0.1 * span) | (x > hi + 0.1 * span), axis=1)
         if out.any():
-            warnings.warn(
+            warn_user(
                 f"{name} has {int(out.sum())} of {x.shape[0]} points more than 10% of the data's range outside the "
                 "box of the training inputs: with spherical harmonic features (a zonal kernel on the sphere) the "
                 "prediction there extrapolates along rays, f = r^p g(x̂), growing like r^p for ArcCosine(order p) and "
                 "tending to its value on the equator for p = 0; it does not revert to the prior as a stationary GP "
                 "would. Use a stationary kernel (e.g. VFF) if that matters, or rebuild the features with from_data on "
                 "the training and prediction inputs together",
-                OutsideDomainWarning, stacklevel=3)
+                OutsideDomainWarning)
         return X
 
 

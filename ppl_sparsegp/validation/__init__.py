@@ -35,7 +35,10 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import os
+import sys
 import typing
+import warnings
 
 import numpy as np
 
@@ -44,7 +47,7 @@ __all__ = ["validated", "declared", "check_argument", "Check", "Integer", "Posit
            "Draws", "Names", "with_fix", "InvalidArgument", "WrongArgumentType", "Tolerance", "Positive",
            "NonNegative", "Count", "MaybeCount", "MaxMargin", "Flag", "Inputs", "RngKey", "AKernel", "Path", "AFeature",
            "ALikelihood", "AName", "Samples", "Template", "PositiveScalar", "PositiveScales", "Nu", "Quantile",
-           "SequenceOf"]
+           "SequenceOf", "warn_user"]
 
 
 from ._vocabulary import (  # noqa: F401 - the vocabulary, re-exported
@@ -91,10 +94,25 @@ from ._vocabulary import (  # noqa: F401 - the vocabulary, re-exported
     with_fix,
 )
 
-
 # --------------------------------------------------------------------------------------------------
 # the decorator
 # --------------------------------------------------------------------------------------------------
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../ppl_sparsegp/
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the user's line: the first frame outside ``ppl_sparsegp``, however deep the library's own
+    calls (the :func:`validated` wrapper included), so that the warning names the call in the user's
+    model or script, and a filter on the user's module applies.
+
+    :param message: the warning's text (what happened and the fix).
+    :param category: a ``Warning`` subclass (default ``UserWarning``)."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2: warn_user's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level - 1 if frame is None else level)
+
+
 def _display_name(fn) -> str:
     qual = fn.__qualname__.replace(".<locals>", "")
     return qual[:-len(".__init__")] if qual.endswith(".__init__") else qual

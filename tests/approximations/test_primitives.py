@@ -226,7 +226,8 @@ def test_prediction_outside_the_box_warns_naming_the_points_and_the_fix():
     v = jax.random.normal(jax.random.PRNGKey(0), (psg.Kuu(feature, k).sqrt_cols,))
     run = handlers.substitute(handlers.seed(lambda xn: psg.spectral_gp("f", feature, k, x, X_new=xn,
                                                                         return_variance=True), 0), {"f_v": v})
-    with pytest.warns(OutsideDomainWarning, match=r"1 of 3 points outside the box \[a, b\] = \[0, 1\].*from_data"):
+    with pytest.warns(OutsideDomainWarning,
+                      match=r"1 of 3 points outside the box \[lower, upper\] = \[0, 1\].*from_data"):
         _, (mean, var) = run(x_new)
     # the prior at x = 2: Kuf decays from the edge like the Matérn-3/2 kernel, (1 + √3·5) e^(−√3·5) ≈ 2e-3
     assert abs(mean[2]) < 1e-2 * np.abs(mean[:2]).max() and var[2] > 0.999 * k.variance

@@ -106,7 +106,8 @@ def test_on_worker_processes_in_float64_with_the_in_memory_errors(scheduler_clus
     bad[1600, 1] = 2.2  # outside [-1, 2] of dimension 1, in the third partition (rows 1500..2249)
     # the rows of the chunk that holds it, numbered in the whole array
     with pytest.raises(ValueError, match=r"X\[:, 1\] \(dimension 1\) has the value 2.2 outside the box "
-                                         r"\[a, b\] = \[-1.0, 2.0\] of its FourierFeatures \(rows 1500\.\.\d+\)"):
+                                         r"\[lower, upper\] = \[-1.0, 2.0\] of its FourierFeatures "
+                                         r"\(rows 1500\.\.\d+\)"):
         fourier_statistics(FEATURE, da.from_array(bad, chunks=(CHUNKS, 3)), yd, method="dense", chunk_size=256)
     with pytest.raises(ValueError, match=r"X\[:, 1\] \(dimension 1\) has the value 2.2 outside the box"):
         fourier_statistics(FEATURE, bad, y)  # the same message in memory

@@ -79,6 +79,21 @@ def test_sharded_over_two_devices_equals_single_device(dense_stats):
     assert dense_stats.root is None and one.root is None
 
 
+def test_nufft_on_several_cpu_devices_runs_on_one():
+    """FINUFFT's FFTW planning is not thread-safe and XLA runs host devices in threads of one process, so
+    the nufft method runs on one CPU device; dense keeps every device. The statistics are those of one
+    device asked for explicitly, to rounding (the same sums, grouped in other chunks)."""
+    from ppl_sparsegp.features.fourier_streaming import device_mesh, nufft_mesh
+
+    both = device_mesh(jax.devices())
+    assert nufft_mesh(both, "nufft").devices.size == 1 and nufft_mesh(both, "dense") is both
+    X, y = data()
+    two = fourier_statistics(FEATURE, X, y, chunk_size=256, method="nufft")
+    one = fourier_statistics(FEATURE, X, y, chunk_size=256, method="nufft", devices=jax.devices()[:1])
+    for field in ("A", "c", "f1", "yy", "ysum", "n"):
+        assert rel_err(getattr(two, field), getattr(one, field)) < 1e-13, field
+
+
 class Chunked:
     """A minimal chunked array (like dask): slicing returns a lazy block that np.asarray materialises."""
 

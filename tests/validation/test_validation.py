@@ -595,3 +595,20 @@ def test_max_exact_rows_is_refused_or_caps_the_exact_gp(rows):
         return
     assert rows is None or rows >= N
     assert np.isfinite(float(trace["y"]["fn"].log_prob(np.zeros(N))))
+
+
+def test_library_warnings_name_the_users_line():
+    """``warn_user`` attributes a warning to the first frame outside ``ppl_sparsegp`` (the @validated
+    wrapper and the library's own calls skipped): here, this file, at the line of the call."""
+    import warnings
+
+    import ppl_sparsegp as psg
+    from ppl_sparsegp.features.base import OutsideDomainWarning
+
+    gp = psg.SparseGP(psg.FourierFeatures(0.0, 1.0, 4), psg.Matern32(1.0, 0.3), psg.Gaussian(0.01))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        gp.feature.warn_outside(np.array([[2.0]]), kernel=gp.kernel)
+    outside = [w for w in seen if issubclass(w.category, OutsideDomainWarning)]
+    assert outside and {(w.filename, w.lineno) for w in outside} == {(__file__, line)}
