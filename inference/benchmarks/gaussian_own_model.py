@@ -99,7 +99,7 @@ BIMODAL = {"trend_ell": 6.0, "trend_var": 0.5, "cycle_var": 0.0025, "cycle_ell":
 # trend follows it (ℓ ≈ 0.7, the exact posterior's main mode, at the trend prior's 10⁻⁶ quantile: the
 # median CONFLICT_ELL·e^{0.5·4.753}) or leaves it to the noise (ℓ ≈ 5.5, the prior's side: the minor mode)
 CONFLICT = {"trend_ell": 6.0, "trend_var": 0.5, "cycle_var": 0.00164, "cycle_ell": 2.0, "cycle_period": 0.7,
-            "season_var": 0.3, "noise": 0.02, "seed": 1, "split": 1.7}
+            "season_var": 0.3, "noise": 0.02, "seed": 1, "split": 1.7, "main": "short"}
 CONFLICT_ELL = 0.7  # the exact posterior's main trend-ℓ mode (the profile's peak, ``exact_profile``)
 PRIOR_MEDIAN["conflict"] = CONFLICT_ELL * math.exp(0.5 * 4.753)  # 10⁻⁶ quantile: z = 4.753
 SERIES = {"bimodal": BIMODAL, "conflict": CONFLICT}  # the settings with a series of their own
@@ -307,12 +307,17 @@ def fit(model, t, y, *, warmup, samples, seed=0, chains=2, dispersed=False, init
 
 def mode_mass(mcmc, setting="bimodal"):
     """The bimodal and conflict settings' figures: the share of the draws with trend ℓ below their series'
-    ``split`` (the short-ℓ mode), pooled and per chain."""
+    ``split`` (the short-ℓ mode), pooled and per chain, and each mode's posterior (``posterior_by_mode``:
+    "short", "long", each hyperparameter's mean and sd over the draws on that side)."""
     import numpy as np
 
-    ell = np.asarray(mcmc.get_samples(group_by_chain=True)["trend_ell"])
-    below = ell < SERIES[setting]["split"]
-    return {"short_mode_mass": float(np.mean(below)), "short_mode_mass_by_chain": np.mean(below, 1).tolist()}
+    s = {k: np.asarray(v) for k, v in mcmc.get_samples(group_by_chain=True).items()}
+    below = s["trend_ell"] < SERIES[setting]["split"]
+    by_mode = {side: {k: {"mean": float(np.mean(s[k][mask])), "sd": float(np.std(s[k][mask])),
+                          "draws": int(np.sum(mask))} for k in HYPER}
+               for side, mask in (("short", below), ("long", ~below)) if np.sum(mask) > 1}
+    return {"short_mode_mass": float(np.mean(below)), "short_mode_mass_by_chain": np.mean(below, 1).tolist(),
+            "posterior_by_mode": by_mode}
 
 
 def exact_profile(model, t, y, setting, ells=(0.8, 1.0, 1.25, 1.6, 2.0, 2.2, 2.6, 3.4, 4.4, 5.6, 7.0)):
@@ -355,7 +360,7 @@ def exact_profile(model, t, y, setting, ells=(0.8, 1.0, 1.25, 1.6, 2.0, 2.2, 2.6
             "noise": [float(b[1][2]) for b in best]}
 
 
-def checks(name, model, mcmc, t, y, setting, quick, check_draws=100):
+def checks(name, model, mcmc, t, y, setting, quick, check_draws=100, max_draws=1000):
     """The residual and refinement checks' verdicts for the library's models (None for the others and for
     the reference, whose check would refine it a third time)."""
     from ppl_sparsegp import Matern52, diagnostics
@@ -368,7 +373,7 @@ def checks(name, model, mcmc, t, y, setting, quick, check_draws=100):
                                     kernel=lambda d: Matern52(d["trend_var"], d["trend_ell"]))
     n = 50 if quick else check_draws
     with harness.clock() as c:
-        refined = diagnostics.refinement_check(model, samples, t, y, num_warmup=n, num_samples=n)
+        refined = diagnostics.refinement_check(model, samples, t, y, num_warmup=n, num_samples=n, max_draws=max_draws)
     out = {"_advised": refined.get("advised_features", {}).get("trend"),
            "adequacy_ok": residual["ok"], "adequacy_median": residual["median"],
            "refinement_ok": refined["ok"], "refinement_k_hat": refined["k_hat"],
@@ -425,6 +430,8 @@ def parse(argv=None):
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--check-draws", type=int, default=100, help="the refinement check's refit: warm-up and "
                    "draws (default 100 + 100; where k̂ > 0.7)")
+    p.add_argument("--check-max-draws", type=int, default=1000, help="the refinement check's importance "
+                   "weights: at most this many draws (evenly thinned; default 1000)")
     p.add_argument("--exact-chains", type=int, default=4, help="the exact GP's chains, from dispersed starts")
     p.add_argument("--exact-warmup", type=int, default=None, help="the exact GP's warm-up (default --warmup)")
     p.add_argument("--exact-samples", type=int, default=None, help="the exact GP's draws (default --samples)")
@@ -492,7 +499,7 @@ def fit_row(model, name, t, y, base, args):
             model, (t, y), repeats=20)[1]}  # measured first (HSGP's is O(N m))
         row, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples)
         row.update(large)
-    row.update(checks(name, model, mcmc, t, y, base, args.quick, args.check_draws), run=run)
+    row.update(checks(name, model, mcmc, t, y, base, args.quick, args.check_draws, args.check_max_draws), run=run)
     if name == REFERENCE:
         row["frequencies"] = model.record["frequencies"]
     first = None
@@ -516,7 +523,8 @@ def refit_pilot(pilot, name, row, t, y, base, args, run):
     init = row["_main_mode"] if name == PILOT and not row["mode_ok"] else None
     cost = {} if args.n == N else {"ms_per_gradient": harness.gradient_cost(model, (t, y), repeats=20)[1]}
     new, mcmc = fit(model, t, y, warmup=args.warmup, samples=args.samples, init=init)
-    new.update(checks(name, model, mcmc, t, y, base, args.quick, args.check_draws), nuts_fits=2, run=dict(run), **cost,
+    new.update(checks(name, model, mcmc, t, y, base, args.quick, args.check_draws, args.check_max_draws),
+               nuts_fits=2, run=dict(run), **cost,
                **{k: v for k, v in pilot.record.items() if k != "feature"})
     if init is not None:
         new["run"]["init"] = "mode_check's main mode"
@@ -534,12 +542,14 @@ def table_rows(store, settings):
     for setting in labels:
         group = {r["name"]: r for r in store.rows if r["setting"] == setting}
         exact = group.get("exact", group.get(REFERENCE))
+        # the conflict setting: distances to the exact GP's main mode (its chains there), not to its pooled draws
+        main = SERIES.get(setting, {}).get("main")
+        ref = exact and (exact.get("posterior_by_mode", {}).get(main) or exact["posterior"])
         for name in ("exact", REFERENCE, PILOT_FIRST, *MODELS[1:]):
             if name in group:
                 r = dict(group[name])
                 if exact is not None:
-                    d = {k: abs(r["posterior"][k]["mean"] - exact["posterior"][k]["mean"]) / exact["posterior"][k]["sd"]
-                         for k in HYPER}
+                    d = {k: abs(r["posterior"][k]["mean"] - ref[k]["mean"]) / ref[k]["sd"] for k in HYPER}
                     r.update(sd_distance=d, max_sd_distance=max(d.values()))
                     if "short_mode_mass" in r and "short_mode_mass" in exact:
                         r["short_mode_mass_gap"] = abs(r["short_mode_mass"] - exact["short_mode_mass"])
