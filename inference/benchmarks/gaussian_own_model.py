@@ -3,7 +3,7 @@ the exact GP, in the same run, with the refinement check's verdict.
 
 ``python -m inference.benchmarks.gaussian_own_model [--quick] [--settings tail centre] [--models ...]
 [--warmup 500] [--samples 1000] [--check-draws 100] [--exact-chains 4] [--exact-warmup W] [--exact-samples S]
-[--skip-gradients] [--n N] [--cpu N] [--out JSONL] [--merge JSONL ...]``
+[--skip-gradients] [--pilot-times] [--n N] [--cpu N] [--out JSONL] [--merge JSONL ...]``
 
 A series of ``N`` = 500 points on t ∈ [0, 40] (years, fixed seed) is simulated from a linear mean
 (β = (0.3, 0.2) on H = [1, (t − 20)/20]), a Matérn-5/2 trend GP (σ² = 0.5, ℓ = 2), a periodic seasonal GP
@@ -77,7 +77,7 @@ import functools
 import math
 
 from inference.benchmarks import harness
-from inference.benchmarks.gaussian_own_model_store import keep_stored, stored_summary  # noqa: F401 (re-exported)
+from inference.benchmarks.gaussian_own_model_parts import keep_stored, pilot_times, stored_summary  # noqa: F401
 
 N, SPAN, NOISE = 500, 40.0, 0.1
 TRUTH = {"trend_ell": 2.0, "trend_var": 0.5, "season_var": 0.3, "noise": NOISE}
@@ -437,6 +437,8 @@ def parse(argv=None):
     p.add_argument("--exact-samples", type=int, default=None, help="the exact GP's draws (default --samples)")
     p.add_argument("--skip-gradients", action="store_true", help="no ms-per-gradient measurement (runs split "
                    "over cores: the merging run measures it)")
+    p.add_argument("--pilot-times", action="store_true", help="fit nothing: time choose_features with issue 48's "
+                   "defaults against the pilot before it, alternating, in this process (JSON: pilot_seconds)")
     p.add_argument("--table-only", action="store_true", help="fit nothing: the table and JSON of the stored "
                    "(and --merge'd) rows of --settings (the JSON's other keys are kept)")
     args = p.parse_args(argv)
@@ -580,8 +582,9 @@ def main(argv=None):
     settings = {"n": N, "tolerance": TOLERANCE}
     store = harness.Store(args.out, ["setting", "name"], settings=settings, resume=args.resume, merge=args.merge)
     stored = stored_summary(store.path.with_suffix(".json"))  # read first: a bad file stops the run before its fits
-    for setting in [] if args.table_only else args.settings:
+    for setting in [] if args.table_only or args.pilot_times else args.settings:
         fit_setting(store, args, setting)
+    timed = pilot_times(args.settings) if args.pilot_times else {}
     rows, labels = table_rows(store, args.settings)
     large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
     large += MODE_COLUMNS if any("mode_ok" in r for r in rows) else []
@@ -595,7 +598,7 @@ def main(argv=None):
     summary = {"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
                "bimodal": BIMODAL, "conflict": CONFLICT, "rows": rows,
                "exact_profile": {r["setting"]: r for r in store.rows if r["name"] == PROFILE},
-               "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios}
+               "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios, "pilot_seconds": timed}
     store.write_json(keep_stored(summary, stored, args.table_only))
 
 
