@@ -598,7 +598,7 @@ def main(argv=None):
     summary = {"machine": machine, "settings": settings, "truth": TRUTH, "prior_median": PRIOR_MEDIAN,
                "bimodal": BIMODAL, "conflict": CONFLICT, "rows": rows,
                "exact_profile": {r["setting"]: r for r in store.rows if r["name"] == PROFILE},
-               "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios, "pilot_seconds": timed}
+               "ms_per_gradient_by_n": costs, "ess_per_s_ratios": ratios, **({"pilot_seconds": timed} if timed else {})}
     store.write_json(keep_stored(summary, stored, args.table_only))
 
 

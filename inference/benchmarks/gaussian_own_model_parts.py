@@ -24,7 +24,8 @@ def stored_summary(path):
 def keep_stored(summary, stored, table_only):
     """``summary`` with every part of the ``stored`` summary (of the same ``settings``) that this run does not
     recompute: keys added by hand or by other runs, the rows (by setting and name) and the per-setting entries
-    of ``ms_per_gradient_by_n``, ``ess_per_s_ratios`` and ``exact_profile`` of settings it does not show, and,
+    of ``ms_per_gradient_by_n``, ``ess_per_s_ratios``, ``exact_profile`` and ``pilot_seconds`` of settings it
+    does not show, and,
     with ``--table-only`` (no fit), the stored ``machine``. Keys keep the stored order."""
     if stored.get("settings") != summary["settings"]:  # other data: nothing of it applies
         return summary
@@ -32,7 +33,8 @@ def keep_stored(summary, stored, table_only):
     if table_only and "machine" in stored:
         out["machine"] = stored["machine"]
     for key in ("ms_per_gradient_by_n", "ess_per_s_ratios", "exact_profile", "pilot_seconds"):
-        out[key] = {**stored.get(key, {}), **summary.get(key, {})}
+        if key in stored or key in summary:
+            out[key] = {**stored.get(key, {}), **summary.get(key, {})}
     new = {(r["setting"], r["name"]) for r in summary["rows"]}
     groups = {}  # setting -> rows, in the stored order of the settings, new settings last
     for r in stored.get("rows", []) + summary["rows"]:
