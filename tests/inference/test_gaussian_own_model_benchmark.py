@@ -76,6 +76,7 @@ def test_table_only_keeps_every_stored_key(tmp_path, capsys):
         assert json.loads(store.with_suffix(".json").read_text()) == expected
         rows = [r for r in stored["rows"] if r["setting"].split(",")[0] in settings]
         large = [("ms/gradient", "ms_per_gradient", ".2f")] if any("ms_per_gradient" in r for r in rows) else []
+        large += g.MODE_COLUMNS if any("mode_ok" in r for r in rows) else []
         printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
         assert "\n".join(printed) == g.harness.table(rows, g.COLUMNS + large)
 
