@@ -264,7 +264,8 @@ chosen = psg.choose_features(series_model, t3, y3, start)
 pilot_s = time.perf_counter() - clock
 resolved = chosen["trend"]
 needed = {k: round(v["lengthscale"], 3) for k, v in chosen.info["needed"].items()}
-print(f"pilot ({chosen.info['pilot']} GP on {chosen.info['rows']} rows, {pilot_s:.0f} s):",
+print(f"pilot ({chosen.info['pilot']} GP on {chosen.info['rows']} rows,",
+      f"{pilot_s:.0f} s):",
       needed, "->", resolved)
 checks = {}
 for label, feat in (("old rule", coarse), ("pilot's choice", resolved)):
