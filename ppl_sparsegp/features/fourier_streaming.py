@@ -73,7 +73,7 @@ def _check_box(features, Xb, start, name="X", where=""):
 
 
 def feature_spec(features):
-    """A hashable description (a, b, M) per dimension, the cache key of the compiled chunk functions."""
+    """A hashable description (lower, upper, M) per dimension, the cache key of the compiled chunk functions."""
     return tuple((f.lower, f.upper, f.num_frequencies) for f in features)
 
 

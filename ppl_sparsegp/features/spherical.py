@@ -305,8 +305,8 @@ class SphericalHarmonicFeatures(InducingFeature):
         if not isinstance(kernel, Zonal):
             return None
         out = type(self).from_data(X, kernel, tolerance=tolerance, max_features=max_features)
-        box = (self.lower, self.upper) if self.lower is not None else (out.lower, out.upper)
-        return type(self)(self.input_dim, out.max_degree, kernel=kernel, lower=box[0], upper=box[1])
+        box = self if self.lower is not None else out  # keep the training inputs' box where it is known
+        return type(self)(self.input_dim, out.max_degree, kernel=kernel, lower=box.lower, upper=box.upper)
 
     @validated
     def __init__(self, input_dim: Annotated[int, Integer(2)], max_degree: Annotated[int, NonNegativeInt()], *,

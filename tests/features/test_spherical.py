@@ -429,6 +429,12 @@ def test_bad_input_gets_a_clear_error_naming_the_argument():
         SphericalHarmonicFeatures(8, 7)
     with pytest.raises(ValueError, match="max_degree"):
         SphericalHarmonicFeatures(2, -1)
+    with pytest.raises(ValueError, match="given together"):
+        SphericalHarmonicFeatures(2, 3, lower=(0.0, 0.0))
+    with pytest.raises(ValueError, match="input_dim = 2 values, got 3 and 2"):
+        SphericalHarmonicFeatures(2, 3, lower=(0.0, 0.0, 0.0), upper=(1.0, 1.0))
+    with pytest.raises(ValueError, match="lower <= upper in every column"):
+        SphericalHarmonicFeatures(2, 3, lower=(0.0, 2.0), upper=(1.0, 1.0))
     f = SphericalHarmonicFeatures(2, 3)
     with pytest.raises(ValueError, match="input_dim = 2"):
         psg.Kuf(f, ChordalMatern(), jnp.ones((4, 3)))
