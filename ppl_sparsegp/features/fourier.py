@@ -71,15 +71,16 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu, kuf_basis
-from ..kernels import Matern12, Matern32, Matern52, Periodic, check_inputs
+from ..kernels import Kernel, Matern12, Matern32, Matern52, Periodic, check_inputs
 from ..linalg import Diagonal, DiagPlusLowRank
 from ..parameters import Param, is_concrete
 from ..validation import (
@@ -247,7 +248,8 @@ class FourierFeatures(InducingFeature):
                                                    f"{ell:.3g} (Matérn-{nu}) and tolerance {tolerance:.3g}")
         return FourierFeatures(self.lower, self.upper, _capped(M, self.lower, self.upper, ell, tolerance))
 
-    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+    def adequacy_advice(self, lengthscales: Optional[ArrayLike], X: ArrayLike,
+                        kernel: Union[Kernel, Callable[[Any], Kernel]], tolerance: float) -> str:
         """The fix from the posterior's lengthscales
         (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`): the box 3 lengthscales, at the
         95% quantile, beyond the data; M to resolve the 5% quantile over that box, as :meth:`from_data`."""
@@ -267,7 +269,7 @@ class FourierFeatures(InducingFeature):
                         f"{short:.3g} over that box)")
         return "; ".join(tips) or "increase num_frequencies"
 
-    def check_free_hyperparameters(self, kernel, what: str):
+    def check_free_hyperparameters(self, kernel: Kernel, what: str) -> None:
         """A periodic kernel's period must be fixed: the box [a, b] is one period
         (:meth:`~ppl_sparsegp.features.InducingFeature.check_free_hyperparameters`)."""
         if isinstance(kernel, Periodic) and isinstance(kernel.period, (Distribution, Param)):
@@ -277,14 +279,14 @@ class FourierFeatures(InducingFeature):
                              f"period={self.upper - self.lower:g} (a number), or use features that do not fix it "
                              f"(InducingPoints) to learn the period")
 
-    def refinement_note(self, finer, nu) -> str:
+    def refinement_note(self, finer: InducingFeature, nu: Optional[float]) -> str:
         """The lengthscales resolved before and after (:meth:`resolved_lengthscale`, 1% unresolved)."""
         if nu is None:
             return ""
         return (f", resolving ℓ ≥ {self.resolved_lengthscale(nu):.3g} → {finer.resolved_lengthscale(nu):.3g} "
                 f"(Matérn-{nu:g}, 1% of the prior variance unresolved)")
 
-    def refinement_advice(self, name: str, shortest, nu):
+    def refinement_advice(self, name: str, shortest: Optional[float], nu: Optional[float]):
         """The same box (built from the prior, it serves its long lengthscales; a box for ℓ_min alone would
         take them away) with the frequencies that resolve ``shortest`` at 1% of the prior variance, and at
         least the refined count, under which the refined posterior was found
@@ -310,10 +312,10 @@ class FourierFeatures(InducingFeature):
         w = 2 * math.pi * np.arange(self.num_frequencies) / (self.upper - self.lower)  # static: no program to compile
         return jnp.asarray(w, dtype=jnp.result_type(float) if dtype is None else dtype)
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         return check_inputs(X, name, 1)
 
-    def warn_outside(self, X, name="X_new", *, kernel=None):
+    def warn_outside(self, X: ArrayLike, name: str = "X_new", *, kernel: Optional[Kernel] = None):
         """Warn when concrete inputs lie outside [a, b]: there Kuf decays like the kernel from the edge
         [1, Table 1], so the prediction reverts to the prior within a few lengthscales of the box, which
         the exact GP does not do. The fix: a box that covers X (:meth:`from_data` on the training and

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..grid import Grid
 from ..parameters import Module, check_finite
@@ -12,7 +13,7 @@ from ..parameters import Module, check_finite
 __all__ = ["Kernel", "check_inputs"]  # as_points: the kernels' own helper (called under tracing), not API
 
 
-def check_inputs(X, name: str = "X", input_dim: int | None = None):
+def check_inputs(X: ArrayLike, name: str = "X", input_dim: int | None = None):
     """Validate an input array of shape (N, D): rank 2, at least one row, finite, matching ``input_dim``
     if given. Every feature, kernel and approximation checks its inputs here.
 
@@ -52,7 +53,7 @@ class Kernel(Module):
     def __call__(self, X1, X2=None):
         raise NotImplementedError
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         raise NotImplementedError
 
     @property
