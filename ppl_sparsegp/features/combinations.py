@@ -21,7 +21,7 @@ References:
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional, Sequence
+from typing import Annotated, Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +58,8 @@ from .base import (
     matern_template,
 )
 from .float32 import warn_float32
-from .fourier import FourierFeatures, lengthscale_range
+from .fourier import FourierFeatures
+from .fourier_sizes import lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
@@ -107,7 +108,7 @@ class _PerDimension(InducingFeature):
                           f"{[f.num_features for f in out]} at tolerance {tolerance:.3g}")
         return new
 
-    def check_inputs(self, X: ArrayLike, name: str = "X"):
+    def check_inputs(self, X: Union[ArrayLike, Grid], name: str = "X"):
         X = check_inputs(X, name, len(self.features))
         if not isinstance(X, Grid):
             for d, f in enumerate(self.features):
@@ -132,7 +133,7 @@ class _PerDimension(InducingFeature):
             dimension d's ν (its class) and ℓ (a number or a scalar prior); or one Matérn kernel for every
             dimension, its lengthscale one for all dimensions or one per dimension (D,), or a prior (batch
             shape () or (D,)). A prior's ``quantile`` and ``1 − quantile`` quantiles are ℓ_min and ℓ_max
-            (:func:`~ppl_sparsegp.features.fourier.lengthscale_range`). E.g.
+            (:func:`~ppl_sparsegp.features.fourier_sizes.lengthscale_range`). E.g.
             ``KroneckerFeatures.from_data(X, Matern32(1.0, [0.1, 0.4]))``.
         :param max_lengthscale: ℓ_max (scalar or (D,), or a prior; default: the priors' upper quantiles, or
             ℓ_min).
@@ -179,7 +180,7 @@ class _PerDimension(InducingFeature):
             _, hi = lengthscale_range(lo, max_lengthscale, quantile)
         return [nu for nu, _ in parts], lo, hi
 
-    def warn_outside(self, X: ArrayLike, name: str = "X_new", *, kernel: Optional[Kernel] = None):
+    def warn_outside(self, X: Union[ArrayLike, Grid], name: str = "X_new", *, kernel: Optional[Kernel] = None):
         kernels = getattr(kernel, "kernels", None) or [None] * len(self.features)
         if not isinstance(X, Grid):
             for d, (f, k) in enumerate(zip(self.features, kernels)):

@@ -135,7 +135,7 @@ class HermiteFeatures(InducingFeature):
         :param kernel: the :class:`~ppl_sparsegp.SquaredExponential` kernel or kernel template the features
             serve (the one kernel Hermite features support), e.g. ``SquaredExponential(1.0, ell_prior)``: its
             lengthscale is ℓ_min > 0 (a number), or its prior (ℓ_min is the prior's ``quantile`` quantile,
-            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
+            :func:`~ppl_sparsegp.features.fourier_sizes.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
             initial value); the variance does not enter the rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param max_features: the largest M the rule may return.

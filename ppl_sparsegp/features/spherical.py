@@ -151,7 +151,7 @@ def _shape_probe(kernel, quantile):
         if isinstance(value, Param):
             ell = float(np.asarray(value.init))
         elif isinstance(value, Distribution):
-            from .fourier import lengthscale_range
+            from .fourier_sizes import lengthscale_range
             ell = float(np.reshape(lengthscale_range(value, quantile=quantile)[0], ()))
         else:
             ell = float(np.asarray(value))

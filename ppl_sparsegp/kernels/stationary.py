@@ -111,7 +111,7 @@ class Stationary(Kernel):
                  + self.log_unit_density(omega * ls))
         return jnp.exp(log_s)
 
-    def log_spectral_density_normalised(self, omega: ArrayLike) -> jax.Array:
+    def log_spectral_density_normalised(self, omega: jax.Array) -> jax.Array:
         """log p(ω) = log s(ω) − log((2π)^D σ²), the density ``sample_frequencies`` draws from."""
         D = omega.shape[-1]
         ls = self._lengthscales(D)

@@ -108,7 +108,7 @@ class Dense(LinearOperator):
         b = _check_rhs(self, b, self.size, "inv_quad", "b")
         return jnp.sum(self.whiten(b) ** 2, axis=0)
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(K^{-1} S) = \\|L^{-1} R_S\\|_F^2` (``L`` square, so exact), with ``S``'s
         dense factor ``S.sqrt()``: K is dense, so this costs no more than K's own solves."""
         self._check_same_size(S, "trace_solve")
@@ -251,7 +251,7 @@ class StackedBlockDiag(BlockDiag):
         """:math:`\\operatorname{diag}(L_t L_t^\\top) = \\sum_j L_{t,ij}^2` (no product of the factors)."""
         return jnp.sum(self.chol**2, axis=-1).reshape(-1)
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\sum_t \\|L_t^{-1} R_{S,t}\\|_F^2` in one batched solve when ``S`` is a
         :class:`StackedBlockDiag` of the same shape; otherwise as :meth:`BlockDiag.trace_solve` (blockwise
         for a :class:`BlockDiag` of the same block sizes, else by parts of ``S``)."""

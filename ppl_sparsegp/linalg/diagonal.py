@@ -70,7 +70,7 @@ class Diagonal(LinearOperator):
         B = _check_rhs(self, B, self.size, "whiten")
         return B / _bcast(jnp.sqrt(self.d), B)
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(D^{-1} S) = \\sum_i S_{ii} / d_i`."""
         self._check_same_size(S, "trace_solve")
         return jnp.sum(S.diagonal() / self.d)
@@ -132,7 +132,7 @@ class Identity(LinearOperator):
     def whiten(self, B: jax.Array) -> jax.Array:
         return _check_rhs(self, B, self.n, "whiten")
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(S) = \\sum_i S_{ii}`."""
         self._check_same_size(S, "trace_solve")
         return jnp.sum(S.diagonal())

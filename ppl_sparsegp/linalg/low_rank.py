@@ -187,7 +187,7 @@ class DiagPlusLowRank(LinearOperator):
     def _diag_plus_factor(self, K):
         return self.d, self.B
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """By parts of ``S`` (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`): Woodbury
         solves with ``S``'s stored factor, :meth:`_inv_diagonal` for its diagonal part."""
         return self._trace_solve_by_parts(S)

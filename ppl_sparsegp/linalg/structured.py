@@ -134,7 +134,7 @@ class BlockDiag(LinearOperator):
     def diagonal(self):
         return jnp.concatenate([b.diagonal() for b in self.blocks])
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """Blockwise :math:`\\sum_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a
         :class:`BlockDiag` with the same block sizes; by parts of ``S`` otherwise
         (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`: blockwise solves with a stored
@@ -231,7 +231,7 @@ class Kronecker(LinearOperator):
             out = jnp.kron(out, f.diagonal())
         return out
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\prod_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a :class:`Kronecker` with the
         same factor sizes; :math:`\\prod_j \\operatorname{tr}(K_j^{-1} A_j) + \\prod_j
         \\operatorname{tr}(K_j^{-1} B_j)` when ``S`` is a :class:`KroneckerSum` :math:`\\otimes_j A_j +
@@ -364,7 +364,7 @@ class KroneckerSum(LinearOperator):
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return _bcast(jnp.sqrt(self._d()), X) * self._W(X, transpose=True)
 
-    def trace_solve(self, S: jax.Array) -> jax.Array:
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """By parts of ``S`` (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`): solves
         with ``S``'s stored factor, :meth:`_inv_diagonal` for its diagonal part; any other ``S`` raises."""
         return self._trace_solve_by_parts(S)

@@ -78,7 +78,8 @@ def capacitance_cholesky(G: jax.Array, noise_variance: ArrayLike) -> jax.Array:
     return jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
 
 
-def woodbury_log_density(LB: jax.Array, Zr: jax.Array, n: int, rr: ArrayLike, noise_variance: ArrayLike) -> jax.Array:
+def woodbury_log_density(LB: jax.Array, Zr: jax.Array, n: ArrayLike, rr: ArrayLike,
+                         noise_variance: ArrayLike) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf r\mid 0, ZZ^\top + \sigma^2 I)` by Woodbury from
     :math:`L_B` (:func:`capacitance_cholesky` of :math:`G` with :math:`GG^\top = Z^\top Z`),
     :math:`Z^\top\mathbf r` (M', ...) and :math:`\mathbf r^\top\mathbf r` (...): with
@@ -130,7 +131,7 @@ def logdet_and_quadratic_jvp(primals, tangents):
     return out, (d_logdet, d_quad)
 
 
-def precision_log_density(S: jax.Array, logdet_P: ArrayLike, Psi_r: jax.Array, n: int, rr: ArrayLike,
+def precision_log_density(S: jax.Array, logdet_P: ArrayLike, Psi_r: jax.Array, n: ArrayLike, rr: ArrayLike,
                           noise_variance: ArrayLike) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf r\mid 0, \Psi P^{-1}\Psi^\top + \sigma^2 I)` in precision form from
     :math:`S = P + \Psi^\top\Psi/\sigma^2` (M', M'), log|P|, :math:`\Psi^\top\mathbf r` (M', B), N and
