@@ -260,7 +260,7 @@ class Transformation(Group):
         """Raise ``ValueError`` if this way cannot act on D-dimensional inputs."""
 
     def to_domain(self, x: ArrayLike):
-        """Map a random probe into the way's domain (identity for linear ways)."""
+        """Map a random probe x (..., D) into the way's domain (identity for linear ways)."""
         return x
 
     def _check_order(self):

@@ -119,11 +119,18 @@ class Likelihood(Module):
 
     # -- the model ---------------------------------------------------------------------------------
     def dist(self, f: ArrayLike) -> Distribution:
-        """The NumPyro distribution of ``y`` given latent ``f`` (batch shape ``f.shape``)."""
+        """The NumPyro distribution of ``y`` given latent ``f`` (batch shape ``f.shape``).
+
+        :param f: the latent values, (N,), or (N, L) for ``num_latent`` L > 1.
+        """
         raise NotImplementedError
 
     def log_prob(self, y: ArrayLike, f: ArrayLike) -> jax.Array:
-        r""":math:`\log p(y\mid f)`, elementwise."""
+        r""":math:`\log p(y\mid f)`, elementwise.
+
+        :param y: the observations, (N,).
+        :param f: the latent values, (N,), or (N, L) for ``num_latent`` L > 1.
+        """
         return self.dist(f).log_prob(y)
 
     # -- Gaussian integrals ------------------------------------------------------------------------
@@ -132,6 +139,10 @@ class Likelihood(Module):
         r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
         ``rng_key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
 
+        :param y: the observations, (N,).
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :param rng_key: a JAX PRNG key (Monte Carlo likelihoods only).
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
         y, mean, var = _broadcast_yf(y, mean, var)
@@ -143,6 +154,10 @@ class Likelihood(Module):
         Law of total variance, by Gauss–Hermite:
         :math:`\mathbb E[y] = \mathbb E[\mu(f)]`,
         :math:`\mathrm{Var}[y] = \mathbb E[\sigma^2(f)] + \mathbb E[(\mu(f) - \mathbb E[y])^2]`.
+
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :returns: ``(mean, var)`` of y, arrays (N,) (multiclass: (N, C), the one-hot label's).
         """
         def mu(f):
             return self.dist(f).mean
@@ -156,6 +171,11 @@ class Likelihood(Module):
         r"""Per-point :math:`\log \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df` (for the NLPD).
 
         Default: the Gauss–Hermite rule in log space (``log_gauss_hermite``) of :meth:`log_prob`.
+
+        :param y: the observations, (N,).
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :returns: array (N,).
         """
         y, mean, var = _broadcast_yf(y, mean, var)
         return log_gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)
@@ -165,6 +185,8 @@ class Likelihood(Module):
         """Check observations; raise ``ValueError`` naming ``name``. For traced ``y`` the same checks
         run when the program runs, in debug mode (:func:`~ppl_sparsegp.parameters.debug_checks`).
 
+        :param y: the observations, (N,).
+        :param name: the argument's name, for the message.
         :returns: ``jnp.asarray(y)``.
         """
         if is_concrete(y):
@@ -190,7 +212,10 @@ class Likelihood(Module):
         """Likelihood-specific checks on a finite float64 numpy copy of ``y``."""
 
     def subsample(self, idx: ArrayLike):
-        """This likelihood restricted to the observations ``idx`` (for minibatching)."""
+        """This likelihood restricted to the observations ``idx`` (for minibatching).
+
+        :param idx: the integer indices of the observations kept, (B,).
+        """
         return self
 
 

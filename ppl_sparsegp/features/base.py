@@ -249,7 +249,11 @@ class InducingFeature(Module):
         return False
 
     def check_inputs(self, X: ArrayLike, name: str = "X"):
-        """Validate inputs for this feature (domain checks); returns X. Families override."""
+        """Validate inputs for this feature (domain checks); returns X. Families override.
+
+        :param X: the inputs, (N, D).
+        :param name: the argument's name, for the messages.
+        """
         return X
 
     def adequacy_advice(self, lengthscales: Optional[ArrayLike], X: ArrayLike,
@@ -308,5 +312,10 @@ class InducingFeature(Module):
         """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features
         resolve nothing, naming the fix; returns X. The documented choice is a warning, not an error:
         near the edge the prediction is still usable, and the caller may want the prior there. Families
-        with a bounded domain override (VFF: its box)."""
+        with a bounded domain override (VFF: its box).
+
+        :param X: the prediction inputs, (N, D).
+        :param name: the argument's name, for the message.
+        :param kernel: the kernel, where the family's domain depends on it (e.g. its lengthscale), or None.
+        """
         return X

@@ -56,6 +56,7 @@ class Kernel(Module):
         raise NotImplementedError
 
     def diag(self, X: ArrayLike) -> jax.Array:
+        r"""The diagonal :math:`k(\mathbf x_i, \mathbf x_i)`, shape (N,), for inputs X (N, D)."""
         raise NotImplementedError
 
     @property

@@ -55,7 +55,8 @@ class Stationary(Kernel):
 
     # --- profile -----------------------------------------------------------------------------------
     def profile(self, tau: ArrayLike) -> jax.Array:
-        """The correlation :math:`\\rho(\\tau)`, with :math:`\\rho(0) = 1`."""
+        """The correlation :math:`\\rho(\\tau)`, with :math:`\\rho(0) = 1`, of scaled distances τ (any shape,
+        kept)."""
         raise NotImplementedError
 
     @property
@@ -72,7 +73,8 @@ class Stationary(Kernel):
         return A, B
 
     def scaled_sqdist(self, X1: ArrayLike, X2: Optional[ArrayLike] = None) -> jax.Array:
-        """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0."""
+        """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0, between inputs X1 (N1, D) and X2
+        (N2, D) (default X1)."""
         return _scaled_sqdist(self.lengthscale, *self._inputs(X1, X2))
 
     def _gram_points(self, A, B):

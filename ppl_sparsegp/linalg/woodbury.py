@@ -34,7 +34,7 @@ __all__ = ["capacitance_cholesky", "logdet_and_quadratic", "precision_log_densit
 
 
 def whiten_blocks(Kmm: LinearOperator, X: jax.Array) -> jax.Array:
-    """Rᵀ Kuu⁻¹ X. A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
+    """Rᵀ Kuu⁻¹ X for X (M, ...). A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
     shape (e.g. additive VFF) is whitened as one vmapped block: the block's own ``whiten``, with D
     times fewer operations to compile and no per-block slicing."""
     blocks = getattr(Kmm, "blocks", None)
