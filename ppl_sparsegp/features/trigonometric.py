@@ -448,6 +448,12 @@ def monte_carlo_conditional(feature: InducingFeature, kernel: Kernel, X: ArrayLi
 
     :param feature: a :class:`TrigonometricFeatures` (estimator "stratified"/"paired") or an
         :class:`AdditiveOrthogonal` (its MC columns use their estimator, the others their exact Kuf).
+    :param kernel: the kernel (concrete).
+    :param X: the inputs, (N, D).
+    :param q_mu: u, or the mean of q(u), (M,).
+    :param q_cov: the covariance of q(u), an (M, M) operator, or None (u = ``q_mu`` given).
+    :param rng_key: a JAX PRNG key.
+    :returns: ``(mean, var)``, arrays (N,).
     """
     if isinstance(feature, TrigonometricFeatures):
         if feature.estimator == "exact":
