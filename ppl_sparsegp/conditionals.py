@@ -22,16 +22,22 @@ References:
 from __future__ import annotations
 
 from functools import partial
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from .covariances import Kuf, Kuu, conditional
+from .grid import Grid
+from .kernels import Kernel
+from .linalg import LinearOperator
 
 __all__ = ["conditional", "projected_mean", "projection"]
 
 
-def projection(feature, kernel, X, *, whiten: bool, Kmm=None, Kmn=None):
+def projection(feature: Any, kernel: Kernel, X: Union[ArrayLike, Grid], *, whiten: bool,
+               Kmm: Optional[LinearOperator] = None, Kmn: Optional[jax.Array] = None):
     r"""Return ``(A, qff_diag)``: :math:`A` as above (M or M' by N) and diag of
     :math:`K_{fu}K_{uu}^{-1}K_{uf}`.
 
@@ -62,7 +68,8 @@ def _conditional(feature, kernel, X, q_mu, q_cov=None, *, whiten: bool = False, 
     return _mean_of(Kmm, Kmn, q_mu, whiten), _var_of(Kmm, Kmn, kernel.diag(X), q_cov, whiten)
 
 
-def projected_mean(feature, kernel, X, q_mu, *, whiten: bool, Kmm=None):
+def projected_mean(feature: Any, kernel: Kernel, X: Union[ArrayLike, Grid], q_mu: jax.Array, *, whiten: bool,
+                   Kmm: Optional[LinearOperator] = None):
     r"""The conditional's mean alone, :math:`K_{fu}K_{uu}^{-1}\mathbf u` (u = R v whitened): the projected
     process, for callers that need no variance (``spectral_gp``). Families on the default conditional skip
     the variance's work; a family with its own ``conditional`` gives that one's mean.

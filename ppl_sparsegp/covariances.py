@@ -22,9 +22,11 @@ approximations only ever call these four, so a new family needs no change elsewh
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 __all__ = ["Dispatcher", "FeatureDispatcher", "Kuu", "Kuf", "kuf_basis", "conditional", "sufficient_statistics",
            "SufficientStatistics"]
@@ -37,13 +39,13 @@ class Dispatcher:
         self.name, self.__doc__ = name, doc
         self.registry: dict = {}
 
-    def register(self, feature_type, kernel_type):
+    def register(self, feature_type: type, kernel_type: type):
         def decorator(fn):
             self.registry[(feature_type, kernel_type)] = fn
             return fn
         return decorator
 
-    def dispatch(self, feature, kernel):
+    def dispatch(self, feature: Any, kernel: Any):
         for F in type(feature).__mro__:
             for K in type(kernel).__mro__:
                 fn = self.registry.get((F, K))
@@ -56,7 +58,7 @@ class Dispatcher:
             f"{type(kernel).__name__}; supported kernels for this feature: "
             f"{', '.join(supported) or 'none'}")
 
-    def __call__(self, feature, kernel, *args, **kwargs):
+    def __call__(self, feature: Any, kernel: Any, *args, **kwargs):
         return self.dispatch(feature, kernel)(feature, kernel, *args, **kwargs)
 
 
@@ -68,7 +70,7 @@ class FeatureDispatcher:
         self.name, self.__doc__ = name, doc
         self.registry: dict = {}
 
-    def register(self, feature_type):
+    def register(self, feature_type: type):
         def decorator(fn):
             self.registry[feature_type] = fn
             return fn
@@ -78,13 +80,13 @@ class FeatureDispatcher:
     def default(self):
         return self.registry[object]
 
-    def dispatch(self, feature):
+    def dispatch(self, feature: Any):
         for F in type(feature).__mro__:
             if F in self.registry:
                 return self.registry[F]
         raise NotImplementedError(f"{self.name} has no registration for {type(feature).__name__}")
 
-    def __call__(self, feature, *args, **kwargs):
+    def __call__(self, feature: Any, *args, **kwargs):
         return self.dispatch(feature)(feature, *args, **kwargs)
 
 
@@ -97,7 +99,7 @@ class _KuuDispatcher(Dispatcher):
         super().__init__(name, doc)
         self.checks: list = []
 
-    def __call__(self, feature, kernel, *args, **kwargs):
+    def __call__(self, feature: Any, kernel: Any, *args, **kwargs):
         out = super().__call__(feature, kernel, *args, **kwargs)
         for check in self.checks:
             check(out)
@@ -188,7 +190,7 @@ class SufficientStatistics(NamedTuple):
     y: jnp.ndarray | None = None
 
     @classmethod
-    def from_kuf(cls, Kmn, y, *, keep_root: bool = False) -> "SufficientStatistics":
+    def from_kuf(cls, Kmn: jax.Array, y: jax.Array, *, keep_root: bool = False) -> "SufficientStatistics":
         """The statistics of one block of data (they add over blocks). ``keep_root=True`` keeps Kuf as
         ``root`` and skips the O(NM²) product A (the form the collapsed bound reads)."""
         A = None if keep_root else Kmn @ Kmn.T
@@ -209,7 +211,7 @@ class SufficientStatistics(NamedTuple):
         lam, U = jnp.linalg.eigh(0.5 * (self.A + self.A.T))
         return self._replace(root=U * jnp.sqrt(jnp.maximum(lam, 0.0)))
 
-    def centred(self, mean):
+    def centred(self, mean: ArrayLike):
         r"""The statistics of :math:`\mathbf y - \mu\mathbf 1` for a constant mean μ:
         :math:`\mathbf c - \mu\mathbf f_1`, :math:`\mathbf y^\top\mathbf y - 2\mu\sum y + \mu^2 N`,
         :math:`\sum y - \mu N` (A, f1 and N are unchanged)."""

@@ -8,9 +8,11 @@ K_{uu})` keeps its structure (diagonal plus low rank, block-diagonal, Kronecker)
 from __future__ import annotations
 
 import math
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 from numpyro.distributions.kl import kl_divergence
 
@@ -39,7 +41,7 @@ class StructuredNormal(Distribution):
     support = constraints.real_vector
     reparametrized_params = ["loc"]
 
-    def __init__(self, loc, cov: LinearOperator, *, validate_args=None):
+    def __init__(self, loc: ArrayLike, cov: LinearOperator, *, validate_args: Optional[bool] = None):
         if not isinstance(cov, LinearOperator):
             raise TypeError(f"cov must be a LinearOperator, got {type(cov).__name__}")
         loc = jnp.asarray(loc)
@@ -54,7 +56,7 @@ class StructuredNormal(Distribution):
         x = self.cov.sqrt_matmul(flat).T.reshape(sample_shape + (self.cov.size,))
         return self.loc + x
 
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
         r = (value - self.loc).reshape((-1, self.cov.size)).T
         maha = jnp.sum(r * self.cov.solve(r), axis=0)
         out = -0.5 * (maha + self.cov.logdet() + self.cov.size * math.log(2 * math.pi))
@@ -72,11 +74,11 @@ class StructuredNormal(Distribution):
         return (self.loc, self.cov), None
 
     @classmethod
-    def tree_unflatten(cls, aux_data, params):
+    def tree_unflatten(cls, aux_data: Any, params: Sequence[Any]):
         return cls(*params)
 
 
-def gaussian_kl(q_mu, q_cov: LinearOperator, p_cov: LinearOperator, p_mu=None):
+def gaussian_kl(q_mu: jax.Array, q_cov: LinearOperator, p_cov: LinearOperator, p_mu: Optional[jax.Array] = None):
     r"""KL(N(q_mu, S) ‖ N(p_mu, K)), the one KL of the library.
 
     .. math::

@@ -49,6 +49,7 @@ from typing import Annotated, Any
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from .kernels import check_inputs
 from .validation import (
@@ -251,15 +252,15 @@ class Transformation(Group):
     def ways(self):
         return (self,)
 
-    def power(self, X, s: int):
+    def power(self, X: ArrayLike, s: int):
         """:math:`G^s X` for X of shape (..., D)."""
         raise NotImplementedError
 
     def check_dim(self, D: int):
         """Raise ``ValueError`` if this way cannot act on D-dimensional inputs."""
 
-    def to_domain(self, x):
-        """Map a random probe into the way's domain (identity for linear ways)."""
+    def to_domain(self, x: ArrayLike):
+        """Map a random probe x (..., D) into the way's domain (identity for linear ways)."""
         return x
 
     def _check_order(self):
@@ -325,11 +326,11 @@ class Negation(Transformation):
     def matrix_U(self):
         return None if self.directions is None else np.asarray(self.directions)
 
-    def check_dim(self, D):
+    def check_dim(self, D: int) -> None:
         if self.directions is not None and len(self.directions) != D:
             raise ValueError(f"Negation directions have dimension {len(self.directions)}, inputs have {D}")
 
-    def power(self, X, s):
+    def power(self, X: ArrayLike, s: int):
         if s % 2 == 0:
             return X
         if self.directions is None:
@@ -436,7 +437,7 @@ class Rotation(Transformation):
             return np.eye(D, dtype=dtype)[:, list(self.plane)]
         return np.asarray(self.plane, dtype=dtype)
 
-    def check_dim(self, D):
+    def check_dim(self, D: int) -> None:
         if isinstance(self.plane[0], int):
             if max(self.plane) >= D:
                 raise ValueError(f"Rotation plane {self.plane} needs at least {max(self.plane) + 1} inputs, "
@@ -444,7 +445,7 @@ class Rotation(Transformation):
         elif len(self.plane) != D:
             raise ValueError(f"Rotation plane has dimension {len(self.plane)}, inputs have {D}")
 
-    def power(self, X, s):
+    def power(self, X: ArrayLike, s: int):
         s = s % self.order
         if s == 0:
             return X
@@ -465,7 +466,7 @@ class _Permutation(Transformation):
     def index_map(self) -> np.ndarray:
         raise NotImplementedError
 
-    def power(self, X, s):
+    def power(self, X: ArrayLike, s: int):
         s = s % self.order
         if s == 0:
             return X
@@ -479,7 +480,7 @@ class _Permutation(Transformation):
     def size(self):
         return math.prod(self.shape)
 
-    def check_dim(self, D):
+    def check_dim(self, D: int) -> None:
         if D != self.size:
             raise ValueError(f"{type(self).__name__} acts on images of shape {self.shape} ({self.size} "
                              f"inputs), got {D} inputs")
@@ -568,12 +569,12 @@ class LongitudeRotation(Transformation):
     def __post_init__(self):
         self._check_order()
 
-    def check_dim(self, D):
+    def check_dim(self, D: int) -> None:
         if not 0 <= self.lon_index < D - 1:
             raise ValueError(f"LongitudeRotation: lon_index {self.lon_index} needs a latitude column after it; "
                              f"inputs have {D} columns")
 
-    def power(self, X, s):
+    def power(self, X: ArrayLike, s: int):
         s = s % self.order
         if s == 0:
             return X
@@ -583,7 +584,7 @@ class LongitudeRotation(Transformation):
         lon = xp.mod(X[..., i] + 360.0 * s / self.order + 180.0, 360.0) - 180.0
         return xp.concatenate([X[..., :i], lon[..., None], X[..., i + 1:]], axis=-1)
 
-    def to_domain(self, x):
+    def to_domain(self, x: ArrayLike):
         x = np.array(x)
         i = self.lon_index
         x[:, i] = np.mod(x[:, i] * 90.0, 360.0) - 180.0

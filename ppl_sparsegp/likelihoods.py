@@ -42,13 +42,14 @@ a number or array is fixed, a NumPyro distribution is a prior (a sample site aft
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from jax.scipy.special import gammaln, log_ndtr, logsumexp, ndtr
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ._quadrature import _float_dtype, _hermgauss, gauss_hermite, log_gauss_hermite
@@ -117,30 +118,46 @@ class Likelihood(Module):
         return jnp.asarray(value, dtype)
 
     # -- the model ---------------------------------------------------------------------------------
-    def dist(self, f) -> Distribution:
-        """The NumPyro distribution of ``y`` given latent ``f`` (batch shape ``f.shape``)."""
+    def dist(self, f: ArrayLike) -> Distribution:
+        """The NumPyro distribution of ``y`` given latent ``f`` (batch shape ``f.shape``).
+
+        :param f: the latent values, (N,), or (N, L) for ``num_latent`` L > 1.
+        """
         raise NotImplementedError
 
-    def log_prob(self, y, f):
-        r""":math:`\log p(y\mid f)`, elementwise."""
+    def log_prob(self, y: ArrayLike, f: ArrayLike) -> jax.Array:
+        r""":math:`\log p(y\mid f)`, elementwise.
+
+        :param y: the observations, (N,).
+        :param f: the latent values, (N,), or (N, L) for ``num_latent`` L > 1.
+        """
         return self.dist(f).log_prob(y)
 
     # -- Gaussian integrals ------------------------------------------------------------------------
-    def variational_expectation(self, y, mean, var, rng_key=None):
+    def variational_expectation(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                                rng_key: Optional[jax.Array] = None) -> jax.Array:
         r"""Per-point :math:`\mathbb E_{\mathcal N(f\mid m, v)}[\log p(y\mid f)]` (Gauss–Hermite here;
         ``rng_key`` is used only by Monte Carlo likelihoods, see ``monte_carlo``).
 
+        :param y: the observations, (N,).
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :param rng_key: a JAX PRNG key (Monte Carlo likelihoods only).
         :returns: array of the broadcast shape of ``y``, ``mean``, ``var``.
         """
         y, mean, var = _broadcast_yf(y, mean, var)
         return gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         r"""Mean and variance of :math:`y` under :math:`\int p(y\mid f)\,\mathcal N(f\mid m, v)\,df`.
 
         Law of total variance, by Gauss–Hermite:
         :math:`\mathbb E[y] = \mathbb E[\mu(f)]`,
         :math:`\mathrm{Var}[y] = \mathbb E[\sigma^2(f)] + \mathbb E[(\mu(f) - \mathbb E[y])^2]`.
+
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :returns: ``(mean, var)`` of y, arrays (N,) (multiclass: (N, C), the one-hot label's).
         """
         def mu(f):
             return self.dist(f).mean
@@ -150,19 +167,26 @@ class Likelihood(Module):
         var_mu = gauss_hermite(lambda f: (mu(f) - ey) ** 2, mean, var, self.num_points)
         return ey, e_var + var_mu
 
-    def predict_log_density(self, y, mean, var):
+    def predict_log_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike) -> jax.Array:
         r"""Per-point :math:`\log \int p(y\mid f)\,\mathcal N(f\mid m, v)\,df` (for the NLPD).
 
         Default: the Gauss–Hermite rule in log space (``log_gauss_hermite``) of :meth:`log_prob`.
+
+        :param y: the observations, (N,).
+        :param mean: the marginal means of q(f), (N,), or (N, L) for ``num_latent`` L > 1.
+        :param var: the marginal variances of q(f), of ``mean``'s shape.
+        :returns: array (N,).
         """
         y, mean, var = _broadcast_yf(y, mean, var)
         return log_gauss_hermite(lambda f: self.log_prob(y, f), mean, var, self.num_points)
 
     # -- data --------------------------------------------------------------------------------------
-    def validate(self, y, name: str = "y"):
+    def validate(self, y: ArrayLike, name: str = "y") -> jax.Array:
         """Check observations; raise ``ValueError`` naming ``name``. For traced ``y`` the same checks
         run when the program runs, in debug mode (:func:`~ppl_sparsegp.parameters.debug_checks`).
 
+        :param y: the observations, (N,).
+        :param name: the argument's name, for the message.
         :returns: ``jnp.asarray(y)``.
         """
         if is_concrete(y):
@@ -187,8 +211,11 @@ class Likelihood(Module):
     def _validate_values(self, arr, name):
         """Likelihood-specific checks on a finite float64 numpy copy of ``y``."""
 
-    def subsample(self, idx):
-        """This likelihood restricted to the observations ``idx`` (for minibatching)."""
+    def subsample(self, idx: ArrayLike):
+        """This likelihood restricted to the observations ``idx`` (for minibatching).
+
+        :param idx: the integer indices of the observations kept, (B,).
+        """
         return self
 
 
@@ -216,24 +243,25 @@ class Gaussian(Likelihood):
         super().__init__(num_points=num_points)
         self._set(variance=variance)
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         f = jnp.asarray(f)
         s2 = self._param("variance", _float_dtype(f))
         return dist.Normal(f, jnp.sqrt(s2))
 
-    def variational_expectation(self, y, mean, var, rng_key=None):
+    def variational_expectation(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                                rng_key: Optional[jax.Array] = None) -> jax.Array:
         dtype = _float_dtype(mean, var)
         s2 = self._param("variance", dtype)
         y = _as_float(y, dtype)
         # -½ log(2πσ²) − ((y − m)² + v) / (2σ²)
         return -0.5 * (_LOG_2PI + jnp.log(s2)) - ((y - mean) ** 2 + var) / (2.0 * s2)
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         s2 = self._param("variance", _float_dtype(mean, var))
         mean, var = jnp.broadcast_arrays(jnp.asarray(mean), jnp.asarray(var))
         return mean + jnp.zeros_like(s2), var + s2  # y ~ N(m, v + σ²)
 
-    def predict_log_density(self, y, mean, var):
+    def predict_log_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike) -> jax.Array:
         dtype = _float_dtype(mean, var)
         s2 = self._param("variance", dtype)
         y = _as_float(y, dtype)
@@ -272,17 +300,17 @@ class Bernoulli(Likelihood):
         # logit(Φ(f)) = log Φ(f) − log Φ(−f), stable in both tails
         return log_ndtr(f) - log_ndtr(-f)
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         return dist.BernoulliLogits(logits=self._logits(f))
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         if self.link == "probit":
             p = ndtr(mean / jnp.sqrt(1.0 + var))  # p(y=1) = Φ(m / √(1+v))
         else:
             p = gauss_hermite(jax.nn.sigmoid, mean, var, self.num_points)
         return p, p * (1.0 - p)  # Var[y] = p(1 − p)
 
-    def predict_log_density(self, y, mean, var):
+    def predict_log_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike) -> jax.Array:
         if self.link == "probit":
             z = mean / jnp.sqrt(1.0 + var)
             # log p(y) = log Φ((2y − 1) m / √(1+v))
@@ -320,26 +348,27 @@ class Poisson(Likelihood):
         super().__init__(num_points=num_points)
         self._set(exposure=exposure)
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         f = jnp.asarray(f)
         expo = self._param("exposure", _float_dtype(f))
         return dist.Poisson(expo * jnp.exp(f))
 
-    def log_prob(self, y, f):
+    def log_prob(self, y: ArrayLike, f: ArrayLike) -> jax.Array:
         f = jnp.asarray(f)
         expo = self._param("exposure", _float_dtype(f))
         y = _as_float(y, _float_dtype(f))
         # y (f + log Δ) − Δ e^f − log y!   (no underflow of the rate to 0)
         return y * (f + jnp.log(expo)) - expo * jnp.exp(f) - gammaln(y + 1.0)
 
-    def variational_expectation(self, y, mean, var, rng_key=None):
+    def variational_expectation(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                                rng_key: Optional[jax.Array] = None) -> jax.Array:
         dtype = _float_dtype(mean, var)
         expo = self._param("exposure", dtype)
         y = _as_float(y, dtype)
         # y (m + log Δ) − Δ exp(m + v/2) − log y!
         return y * (mean + jnp.log(expo)) - expo * jnp.exp(mean + 0.5 * var) - gammaln(y + 1.0)
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         expo = self._param("exposure", _float_dtype(mean, var))
         ey = expo * jnp.exp(mean + 0.5 * var)  # E[y] = Δ e^{m + v/2}
         # Var[y] = E[y] + Δ² (e^v − 1) e^{2m + v}
@@ -354,7 +383,7 @@ class Poisson(Likelihood):
             raise ValueError(f"Poisson exposure has shape {np.shape(e)} but {name} has {arr.shape}: give one "
                              f"exposure per observation or a scalar")
 
-    def subsample(self, idx):
+    def subsample(self, idx: ArrayLike):
         e = self.exposure
         if isinstance(e, (Distribution, Param)) or jnp.ndim(e) == 0:
             return self
@@ -385,12 +414,12 @@ class StudentT(Likelihood):
         super().__init__(num_points=num_points)
         self._set(df=df, scale=scale)
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         f = jnp.asarray(f)
         dtype = _float_dtype(f)
         return dist.StudentT(self._param("df", dtype), f, self._param("scale", dtype))
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         dtype = _float_dtype(mean, var)
         nu, s = self._param("df", dtype), self._param("scale", dtype)
         safe = jnp.where(nu > 2.0, nu - 2.0, 1.0)  # keeps gradients finite in the unused branch
@@ -429,16 +458,16 @@ class MulticlassLikelihood(Likelihood):
             bad = np.unique(arr[(arr != np.floor(arr)) | (arr < 0) | (arr >= C)])[:5]
             raise ValueError(f"{name}: labels must be integers in 0..{C - 1}, got values {bad.tolist()}")
 
-    def class_probabilities(self, mean, var, rng_key=None):
+    def class_probabilities(self, mean: ArrayLike, var: ArrayLike, rng_key: Optional[jax.Array] = None) -> jax.Array:
         """:math:`p(y = c) = \\int p(c\\mid\\mathbf f)q(\\mathbf f)d\\mathbf f`, shape (..., C)."""
         raise NotImplementedError
 
-    def predict_mean_and_var(self, mean, var):
+    def predict_mean_and_var(self, mean: ArrayLike, var: ArrayLike) -> tuple[jax.Array, jax.Array]:
         """The one-hot label's predictive mean (the class probabilities) and variance p(1 − p)."""
         p = self.class_probabilities(mean, var)
         return p, p * (1.0 - p)
 
-    def predict_log_density(self, y, mean, var):
+    def predict_log_density(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike) -> jax.Array:
         """:math:`\\log p(y_n)` under the predictive, shape (N,)."""
         p = self.class_probabilities(mean, var)
         py = jnp.take_along_axis(p, jnp.asarray(y).astype(jnp.int32)[..., None], axis=-1)[..., 0]
@@ -468,7 +497,7 @@ class Softmax(MulticlassLikelihood):
         super().__init__(num_classes)
         self._set(num_samples=int(num_samples))
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         return dist.CategoricalLogits(jnp.asarray(f))
 
     def _draws(self, mean, var, rng_key, num_samples):
@@ -476,13 +505,15 @@ class Softmax(MulticlassLikelihood):
         eps = jax.random.normal(rng_key, (num_samples,) + jnp.shape(mean), dtype=jnp.result_type(mean, float))
         return mean + jnp.sqrt(var) * eps
 
-    def variational_expectation(self, y, mean, var, rng_key=None):
+    def variational_expectation(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                                rng_key: Optional[jax.Array] = None) -> jax.Array:
         y = jnp.asarray(y).astype(jnp.int32)
         m_y = jnp.take_along_axis(mean, y[..., None], axis=-1)[..., 0]
         lse = jnp.mean(logsumexp(self._draws(mean, var, rng_key, self.num_samples), axis=-1), axis=0)
         return m_y - lse  # E log softmax_y = m_y − E logsumexp(f)
 
-    def class_probabilities(self, mean, var, rng_key=None, num_samples=None):
+    def class_probabilities(self, mean: ArrayLike, var: ArrayLike, rng_key: Optional[jax.Array] = None,
+                            num_samples: Optional[int] = None) -> jax.Array:
         f = self._draws(mean, var, rng_key, num_samples or 4 * self.num_samples)
         return jnp.mean(jax.nn.softmax(f, axis=-1), axis=0)
 
@@ -514,10 +545,10 @@ class RobustMax(MulticlassLikelihood):
         onehot = jax.nn.one_hot(jnp.argmax(f, axis=-1), C, dtype=eps.dtype)
         return onehot * (1.0 - eps) + (1.0 - onehot) * eps / (C - 1)
 
-    def dist(self, f):
+    def dist(self, f: ArrayLike):
         return dist.CategoricalProbs(self._probs(jnp.asarray(f)))
 
-    def argmax_probability(self, y, mean, var):
+    def argmax_probability(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike) -> jax.Array:
         r""":math:`P_y = q(\arg\max_c f_c = y)` for labels y (N,), by Gauss–Hermite over :math:`f_y`."""
         y = jnp.asarray(y).astype(jnp.int32)
         mask = jax.nn.one_hot(y, self.num_classes, dtype=bool)
@@ -531,12 +562,13 @@ class RobustMax(MulticlassLikelihood):
 
         return gauss_hermite(others_below, m_y, v_y, self.num_points)
 
-    def variational_expectation(self, y, mean, var, rng_key=None):
+    def variational_expectation(self, y: ArrayLike, mean: ArrayLike, var: ArrayLike,
+                                rng_key: Optional[jax.Array] = None) -> jax.Array:
         eps = self._param("epsilon", jnp.result_type(mean, float))
         P = self.argmax_probability(y, mean, var)
         return P * jnp.log1p(-eps) + (1.0 - P) * jnp.log(eps / (self.num_classes - 1))
 
-    def class_probabilities(self, mean, var, rng_key=None):
+    def class_probabilities(self, mean: ArrayLike, var: ArrayLike, rng_key: Optional[jax.Array] = None) -> jax.Array:
         eps = self._param("epsilon", jnp.result_type(mean, float))
         C = self.num_classes
         P = jax.vmap(lambda c: self.argmax_probability(jnp.full(jnp.shape(mean)[:-1], c), mean, var),

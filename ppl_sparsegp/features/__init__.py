@@ -7,6 +7,7 @@ from .activation import ActivationFeatures
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures
 from .combinations import AdditiveFeatures, AdditiveOrthogonal, KroneckerFeatures
 from .fourier import FourierFeatures
+from .fourier_sizes import frequencies_needed, harmonics_needed, lengthscale_range, resolved_frequency, spectral_tail
 from .harmonic import HarmonicFeatures
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
@@ -19,4 +20,5 @@ from .trigonometric import TrigonometricFeatures
 __all__ = ["InducingFeature", "OutsideDomainWarning", "TooManyFeatures", "InducingPoints", "FourierFeatures",
            "AdditiveFeatures", "KroneckerFeatures", "AdditiveOrthogonal", "HermiteFeatures", "TrigonometricFeatures",
            "HarmonicFeatures", "RandomFourierFeatures", "ImportanceFourierFeatures", "SphericalHarmonicFeatures",
-           "IntegralTransformFeatures", "ActivationFeatures", "FAMILIES"]
+           "IntegralTransformFeatures", "ActivationFeatures", "FAMILIES", "spectral_tail", "resolved_frequency",
+           "frequencies_needed", "harmonics_needed", "lengthscale_range"]

@@ -94,14 +94,15 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ..covariances import Kuf, Kuu
-from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
+from ..kernels import ArcCosine, ChordalMatern, Kernel, Zonal, check_inputs
 from ..linalg import Dense
 from ..parameters import Param, as_rng_key, is_concrete
 from ..validation import (
@@ -372,7 +373,7 @@ class ActivationFeatures(InducingFeature):
         r""":math:`\hat\sigma_0, \dots, \hat\sigma_L` (NumPy, :func:`activation_coefficients`)."""
         return _coefficients(self.activation, self.d, self.max_degree, self.scale, self.shift)
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         """Refuse a kernel that is not zonal, of another input dimension, or whose pair with the activation
         does not converge (module docstring), naming the pair and the pairs that converge."""
         if not isinstance(kernel, Zonal):
@@ -440,19 +441,20 @@ class ActivationFeatures(InducingFeature):
                     grow = max(grow, math.ceil(1.2 * top * (rel / self.tolerance) ** (1.0 / (k - 1))))
             top = min(grow, MAX_SEARCH_DEGREE)
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         X = check_inputs(X, name)
         if X.shape[1] != self.input_dim:
             raise ValueError(f"{name} has {X.shape[1]} input columns but the features' directions have "
                              f"{self.d} = input_dim + 1: give directions of shape (M, {X.shape[1] + 1})")
         return X
 
-    def relative_jitter(self, dtype):
+    def relative_jitter(self, dtype: DTypeLike):
         if self.jitter is not None:
             return self.jitter
         return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5
 
-    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+    def adequacy_advice(self, lengthscales: Optional[ArrayLike], X: ArrayLike,
+                        kernel: Union[Kernel, Callable[[Any], Kernel]], tolerance: float) -> str:
         """More directions, or an activation whose span holds the kernel's degrees (module docstring)."""
         return ("increase num_features (more directions), or use erf with shift != 0 (erf(st) spans only the odd "
                 "degrees)")

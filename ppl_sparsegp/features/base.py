@@ -7,13 +7,14 @@ The float32 warnings are :mod:`~ppl_sparsegp.features.float32`."""
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from ..kernels import Matern12, Matern32, Matern52, Periodic
+from ..kernels import Kernel, Matern12, Matern32, Matern52, Periodic
 from ..parameters import Module, Param, is_concrete
 from ..validation import (
     AKernel,
@@ -237,7 +238,7 @@ class InducingFeature(Module):
     def __len__(self):
         return self.num_features
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel) -> None:
         """Refuse a kernel (template or value) this family cannot use for every value its free
         hyperparameters may take (from its structure, so also under jit). Families override."""
 
@@ -247,11 +248,16 @@ class InducingFeature(Module):
         (the approximations then pass one inside an ELBO). Families override."""
         return False
 
-    def check_inputs(self, X, name: str = "X"):
-        """Validate inputs for this feature (domain checks); returns X. Families override."""
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
+        """Validate inputs for this feature (domain checks); returns X. Families override.
+
+        :param X: the inputs, (N, D).
+        :param name: the argument's name, for the messages.
+        """
         return X
 
-    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+    def adequacy_advice(self, lengthscales: Optional[ArrayLike], X: ArrayLike,
+                        kernel: Union[Kernel, Callable[[Any], Kernel]], tolerance: float) -> str:
         """The fix :func:`~ppl_sparsegp.diagnostics.adequacy` proposes when these features miss too much
         of the prior variance at the data. Families with a rule override (VFF: from the posterior's
         lengthscales; inducing points).
@@ -264,7 +270,7 @@ class InducingFeature(Module):
         """
         return "increase the number of features"
 
-    def check_free_hyperparameters(self, kernel, what: str):
+    def check_free_hyperparameters(self, kernel: Kernel, what: str) -> None:
         """Refuse a kernel template whose free hyperparameters (priors, Params) this family cannot follow,
         before a model samples them (the own-model primitives' entry check): VFF with a periodic kernel
         fixes the period (the box is one period). Families with such a rule override; the default accepts.
@@ -280,7 +286,7 @@ class InducingFeature(Module):
         points; their Kuf is k(Z, X), so Kuf at Z and X is one kernel call), else None."""
         return None
 
-    def refinement_note(self, finer: "InducingFeature", nu) -> str:
+    def refinement_note(self, finer: "InducingFeature", nu: Optional[float]) -> str:
         """What the refinement check's summary adds after "M → M' features" for these features and their
         refinement ``finer`` (VFF: the lengthscales each resolves); "" by default.
 
@@ -289,7 +295,7 @@ class InducingFeature(Module):
         """
         return ""
 
-    def refinement_advice(self, name: str, shortest, nu):
+    def refinement_advice(self, name: str, shortest: Optional[float], nu: Optional[float]):
         """``(features, advice)`` for the next fit of the GP ``name`` after a failed refinement check
         (:func:`~ppl_sparsegp.diagnostics.refinement_check`), or None where the family has no rule (the
         check then proposes to refit with the refined features). VFF: the same box with the frequencies
@@ -302,9 +308,14 @@ class InducingFeature(Module):
         """
         return None
 
-    def warn_outside(self, X, name: str = "X_new", *, kernel=None):
+    def warn_outside(self, X: ArrayLike, name: str = "X_new", *, kernel: Optional[Kernel] = None):
         """Warn (:class:`OutsideDomainWarning`) when concrete prediction inputs lie where the features
         resolve nothing, naming the fix; returns X. The documented choice is a warning, not an error:
         near the edge the prediction is still usable, and the caller may want the prior there. Families
-        with a bounded domain override (VFF: its box)."""
+        with a bounded domain override (VFF: its box).
+
+        :param X: the prediction inputs, (N, D).
+        :param name: the argument's name, for the message.
+        :param kernel: the kernel, where the family's domain depends on it (e.g. its lengthscale), or None.
+        """
         return X

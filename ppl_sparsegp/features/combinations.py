@@ -21,17 +21,18 @@ References:
 """
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
 from ..grid import Grid
-from ..kernels import Additive, Matern12, Matern32, Matern52, Product, check_inputs
-from ..linalg import BlockDiag, Identity, Kronecker
+from ..kernels import Additive, Kernel, Matern12, Matern32, Matern52, Product, check_inputs
+from ..linalg import BlockDiag, Identity, Kronecker, LinearOperator
 from ..validation import (
     AKernel,
     AnyOf,
@@ -57,7 +58,8 @@ from .base import (
     matern_template,
 )
 from .float32 import warn_float32
-from .fourier import FourierFeatures, lengthscale_range
+from .fourier import FourierFeatures
+from .fourier_sizes import lengthscale_range
 from .hermite import HermiteFeatures
 from .inducing_points import InducingPoints
 from .trigonometric import TrigonometricFeatures, combine_moments, mc_kuf_pair, mc_moments
@@ -72,7 +74,7 @@ Points = Annotated[Any, AnyOf(ArrayOf(rank=2), InstanceOf(Grid, what="a Grid"))]
 class _PerDimension(InducingFeature):
     _params = ("features",)
 
-    def __init__(self, features):
+    def __init__(self, features: Sequence[InducingFeature]):
         features = tuple(features)
         if not features or not all(isinstance(f, InducingFeature) for f in features):
             raise ValueError("features must be a non-empty sequence of 1-D InducingFeature instances")
@@ -106,7 +108,7 @@ class _PerDimension(InducingFeature):
                           f"{[f.num_features for f in out]} at tolerance {tolerance:.3g}")
         return new
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: Union[ArrayLike, Grid], name: str = "X"):
         X = check_inputs(X, name, len(self.features))
         if not isinstance(X, Grid):
             for d, f in enumerate(self.features):
@@ -131,7 +133,7 @@ class _PerDimension(InducingFeature):
             dimension d's ν (its class) and ℓ (a number or a scalar prior); or one Matérn kernel for every
             dimension, its lengthscale one for all dimensions or one per dimension (D,), or a prior (batch
             shape () or (D,)). A prior's ``quantile`` and ``1 − quantile`` quantiles are ℓ_min and ℓ_max
-            (:func:`~ppl_sparsegp.features.fourier.lengthscale_range`). E.g.
+            (:func:`~ppl_sparsegp.features.fourier_sizes.lengthscale_range`). E.g.
             ``KroneckerFeatures.from_data(X, Matern32(1.0, [0.1, 0.4]))``.
         :param max_lengthscale: ℓ_max (scalar or (D,), or a prior; default: the priors' upper quantiles, or
             ℓ_min).
@@ -178,7 +180,7 @@ class _PerDimension(InducingFeature):
             _, hi = lengthscale_range(lo, max_lengthscale, quantile)
         return [nu for nu, _ in parts], lo, hi
 
-    def warn_outside(self, X, name="X_new", *, kernel=None):
+    def warn_outside(self, X: Union[ArrayLike, Grid], name: str = "X_new", *, kernel: Optional[Kernel] = None):
         kernels = getattr(kernel, "kernels", None) or [None] * len(self.features)
         if not isinstance(X, Grid):
             for d, (f, k) in enumerate(zip(self.features, kernels)):
@@ -374,7 +376,8 @@ class AdditiveOrthogonal(AdditiveFeatures):
         X = self.check_inputs(X)
         return [(f, k, X[:, d:d + 1]) for d, (f, k) in enumerate(zip(self.features, kernel.kernels))]
 
-    def monte_carlo_conditional(self, kernel, X, q_mu, q_cov, rng_key):
+    def monte_carlo_conditional(self, kernel: Kernel, X: ArrayLike, q_mu: jax.Array, q_cov: Optional[LinearOperator],
+                                rng_key: jax.Array):
         """The Monte Carlo ``(mean, var)`` of :func:`~ppl_sparsegp.features.trigonometric.monte_carlo_conditional`
         for this sum of columns: its MC columns use their estimator, the others their exact Kuf (see the class
         docstring)."""

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from ..covariances import Kuu
+from ..linalg import LinearOperator
 from ..validation import warn_user
 
 __all__ = ["Float32Warning", "warn_float32", "warn_float32_gpu_matmul"]
@@ -18,7 +20,7 @@ class Float32Warning(UserWarning):
     float32 table, ``inference/benchmarks/float32.py``): the result is finite but off."""
 
 
-def warn_float32(dtype, limited: bool, message: str):
+def warn_float32(dtype: DTypeLike, limited: bool, message: str):
     """Warn (:class:`Float32Warning`) when ``dtype`` is float32 and the family is past its measured limit
     (``limited``); ``message`` names the limit, what was measured beyond it and the fix. At trace time
     under jit the warning is raised once per compilation."""
@@ -31,7 +33,7 @@ def warn_float32(dtype, limited: bool, message: str):
 _FULL_FLOAT32_PRECISIONS = ("highest", "float32", "tensorfloat32x3", "float32x3")
 
 
-def warn_float32_gpu_matmul(Kmm):
+def warn_float32_gpu_matmul(Kmm: LinearOperator):
     """Warn (:class:`Float32Warning`, by :func:`warn_float32`) when ``Kmm`` (a LinearOperator, the result
     of :data:`~ppl_sparsegp.covariances.Kuu`, which runs this check once per trace) is float32, JAX's
     default backend is a GPU and the default matmul precision is not "highest": there XLA may compute

@@ -50,6 +50,7 @@ from typing import Annotated, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu
@@ -242,13 +243,13 @@ class HarmonicFeatures(InducingFeature):
     def num_features(self):
         return self.group.num_subkernels * self.num_inducing
 
-    def check_inputs(self, X, name: str = "X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         D = self._Z().shape[-1]
         if X.shape[1] != D:
             raise ValueError(f"{name} has {X.shape[1]} input dimensions, the inducing inputs have {D}")
         return X
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         """Raise ``ValueError`` when the group can lose its invariance while the kernel's hyperparameters
         move: a kernel (or kernel template) with per-dimension lengthscales, and a group whose ways are not
         all coordinate sign flips (:meth:`~ppl_sparsegp.groups.Group.coordinate_sign_flips`). Reads shapes
@@ -269,7 +270,7 @@ class HarmonicFeatures(InducingFeature):
             "reflections off the coordinate axes, image flips/shifts or longitude rotations, or a group "
             "that is invariant per dimension (groups.Negation(), groups.coordinate_negation)")
 
-    def relative_jitter(self, dtype):
+    def relative_jitter(self, dtype: DTypeLike):
         if self.jitter is not None:
             return self.jitter
         return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5

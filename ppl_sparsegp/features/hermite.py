@@ -27,11 +27,12 @@ from typing import Annotated, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ..conditionals import conditional  # noqa: F401  (registers the default conditional)
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential
+from ..kernels import Kernel, SquaredExponential
 from ..linalg import Identity
 from ..parameters import Param, is_concrete
 from ..validation import (
@@ -134,7 +135,7 @@ class HermiteFeatures(InducingFeature):
         :param kernel: the :class:`~ppl_sparsegp.SquaredExponential` kernel or kernel template the features
             serve (the one kernel Hermite features support), e.g. ``SquaredExponential(1.0, ell_prior)``: its
             lengthscale is ℓ_min > 0 (a number), or its prior (ℓ_min is the prior's ``quantile`` quantile,
-            :func:`~ppl_sparsegp.features.fourier.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
+            :func:`~ppl_sparsegp.features.fourier_sizes.lengthscale_range`; a :class:`~ppl_sparsegp.Param` at its
             initial value); the variance does not enter the rule.
         :param tolerance: the unresolved fraction of the prior variance, in (0, 1).
         :param max_features: the largest M the rule may return.
@@ -187,7 +188,7 @@ class HermiteFeatures(InducingFeature):
     def num_features(self):
         return self.M
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         ls = getattr(kernel, "lengthscale", None)
         if ls is not None and not isinstance(ls, (Distribution, Param)) and np.size(ls) != 1:
             raise ValueError(f"HermiteFeatures are 1-D: the kernel's lengthscale must be a scalar, got shape "
@@ -198,7 +199,7 @@ class HermiteFeatures(InducingFeature):
         """The Hermite width r for this kernel's lengthscale."""
         return hermite_width(scalar_lengthscale(kernel), self.input_scale)
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         return one_column(self, X, name)
 
 

@@ -1,10 +1,11 @@
 """Inducing points: u = f(Z), the baseline of every comparison (Titsias 2009)."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, Optional, Union
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ..covariances import Kuf, Kuu
 from ..kernels import Kernel, check_inputs
@@ -44,7 +45,8 @@ class InducingPoints(InducingFeature):
             raise ValueError("Z has no rows: give at least one inducing input, shape (M, D) with M >= 1")
         self._set(Z=Z, jitter=jitter)
 
-    def adequacy_advice(self, lengthscales, X, kernel, tolerance: float) -> str:
+    def adequacy_advice(self, lengthscales: Optional[ArrayLike], X: ArrayLike,
+                        kernel: Union[Kernel, Callable[[Any], Kernel]], tolerance: float) -> str:
         """More inducing points, or better placed (:meth:`~ppl_sparsegp.features.InducingFeature.adequacy_advice`)."""
         return "add inducing points (or place them where the data are)"
 
@@ -54,7 +56,7 @@ class InducingPoints(InducingFeature):
         (:attr:`~ppl_sparsegp.features.InducingFeature.inducing_inputs`)."""
         return self.Z
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         X = check_inputs(X, name)
         D = np.shape(self.Z.init if isinstance(self.Z, Param) else self.Z)[1]
         if X.shape[1] != D:
@@ -67,7 +69,7 @@ class InducingPoints(InducingFeature):
         Z = self.Z.init if isinstance(self.Z, Param) else self.Z
         return Z.shape[0]
 
-    def relative_jitter(self, dtype):
+    def relative_jitter(self, dtype: DTypeLike):
         if self.jitter is not None:
             return self.jitter
         return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5

@@ -80,6 +80,7 @@ from typing import Annotated, Any
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu
@@ -183,14 +184,14 @@ class IntegralTransformFeatures(InducingFeature):
         """D, the number of input dimensions."""
         return _shape(self.frequencies)[1]
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         X = check_inputs(X, name)
         if X.shape[1] != self.input_dim:
             raise ValueError(f"{name} has {X.shape[1]} input dimensions but the features have {self.input_dim}: "
                              f"give frequencies and centres of shape (M, {X.shape[1]})")
         return X
 
-    def relative_jitter(self, dtype):
+    def relative_jitter(self, dtype: DTypeLike):
         if self.jitter is not None:
             return self.jitter
         return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-5

@@ -13,7 +13,7 @@ from ..covariances import Kuf
 from ..kernels import check_inputs
 from ..parameters import Param, check_finite, check_positive, is_concrete
 from .base import TooManyFeatures
-from .fourier import lengthscale_range
+from .fourier_sizes import lengthscale_range
 
 INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 

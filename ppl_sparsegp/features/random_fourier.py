@@ -48,16 +48,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammainc, gammaln, ndtri
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 
 from ..covariances import Kuf, Kuu
-from ..kernels import SquaredExponential, Stationary, check_inputs
+from ..kernels import Kernel, SquaredExponential, Stationary, check_inputs
 from ..kernels.stationary import _Matern
 from ..linalg import Diagonal
 from ..parameters import Param, check_finite, is_concrete
@@ -144,11 +145,11 @@ class RandomFourierFeatures(InducingFeature):
     def num_features(self) -> int:
         return 2 * self.num_frequencies
 
-    def check_inputs(self, X, name: str = "X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         """Inputs (N, D) with D the frequencies' input dimension."""
         return check_inputs(X, name, self.input_dim)
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         """Refuse a kernel whose lengthscale (value or prior) is neither a scalar nor one per input
         dimension of the frequencies.
 
@@ -264,10 +265,10 @@ class ImportanceFourierFeatures(InducingFeature):
     def num_features(self) -> int:
         return 2 * self.num_frequencies
 
-    def check_inputs(self, X, name: str = "X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         return check_inputs(X, name, self.input_dim)
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         if not isinstance(kernel, type(self.proposal)):
             raise NotImplementedError(f"ImportanceFourierFeatures with a {type(self.proposal).__name__} proposal "
                                       f"need a {type(self.proposal).__name__} kernel, got {type(kernel).__name__}")
@@ -339,7 +340,7 @@ class SpectralDensity(Distribution):
         w = self.kernel.sample_unit_frequencies(key, n, self.input_dim)
         return w.reshape(tuple(sample_shape) + self.event_shape)
 
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
         return jnp.sum(self.kernel.log_spectral_density_normalised(value), axis=-1)
 
     @property
@@ -352,7 +353,7 @@ class SpectralDensity(Distribution):
         return (), (type(self.kernel), self.num_frequencies, self.input_dim)
 
     @classmethod
-    def tree_unflatten(cls, aux_data, params):
+    def tree_unflatten(cls, aux_data: Any, params: Sequence[Any]):
         return cls(*aux_data)
 
 
@@ -408,7 +409,7 @@ def _halton(rng_key, num_points, dim, dtype):
 
 
 @functools.partial(jax.jit, static_argnames=("num_iterations",))
-def chi2_ppf(u, df, *, num_iterations: int = 30):
+def chi2_ppf(u: ArrayLike, df: ArrayLike, *, num_iterations: int = 30) -> jax.Array:
     r"""Quantile function of the χ² distribution with ``df`` degrees of freedom, elementwise.
 
     Wilson–Hilferty start, then Newton steps on :math:`\log x` for :math:`P(df/2, x/2) = u` (JAX has the
@@ -440,7 +441,8 @@ def _inverse_cdf(kernel, u, input_dim):
     raise ValueError(f"quasi-Monte Carlo frequencies are not available for {type(kernel).__name__}")
 
 
-def sample_frequencies(kernel, rng_key, num_frequencies: int, input_dim: int, method: str = "mc"):
+def sample_frequencies(kernel: Kernel, rng_key: jax.Array, num_frequencies: int, input_dim: int,
+                       method: str = "mc") -> jax.Array:
     r"""R frequencies of the unit-lengthscale kernel, shape (R, D), by ``method`` (module docstring).
 
     :param kernel: a stationary kernel (its family chooses :math:`p_1`).

@@ -101,15 +101,16 @@ References:
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu, SufficientStatistics, sufficient_statistics
-from ..kernels import ArcCosine, ChordalMatern, Zonal, check_inputs
+from ..kernels import ArcCosine, ChordalMatern, Kernel, Zonal, check_inputs
 from ..linalg import Diagonal
 from ..parameters import Param, is_concrete
 from ..validation import (
@@ -150,7 +151,7 @@ def _shape_probe(kernel, quantile):
         if isinstance(value, Param):
             ell = float(np.asarray(value.init))
         elif isinstance(value, Distribution):
-            from .fourier import lengthscale_range
+            from .fourier_sizes import lengthscale_range
             ell = float(np.reshape(lengthscale_range(value, quantile=quantile)[0], ()))
         else:
             ell = float(np.asarray(value))
@@ -366,7 +367,7 @@ class SphericalHarmonicFeatures(InducingFeature):
     def num_features(self):
         return sum(self.counts)
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         X = check_inputs(X, name)
         if X.shape[1] != self.input_dim:
             raise ValueError(f"{name} has {X.shape[1]} input columns but the SphericalHarmonicFeatures were built for "
@@ -374,7 +375,7 @@ class SphericalHarmonicFeatures(InducingFeature):
                              f"max_degree)")
         return X
 
-    def check_kernel(self, kernel):
+    def check_kernel(self, kernel: Kernel):
         if not isinstance(kernel, Zonal):
             raise NotImplementedError(f"spherical harmonic features need a Zonal kernel (ArcCosine, ChordalMatern), "
                                       f"got {type(kernel).__name__}")
@@ -410,7 +411,7 @@ class SphericalHarmonicFeatures(InducingFeature):
         program per (d, degrees, shape, dtype))."""
         return _harmonics(self.d, self.degrees, U)
 
-    def warn_outside(self, X, name="X_new", *, kernel=None):
+    def warn_outside(self, X: ArrayLike, name: str = "X_new", *, kernel: Optional[Kernel] = None):
         """Warn (:class:`OutsideDomainWarning`) when concrete inputs lie more than 10 % of the data's range
         outside the box of the training inputs (:meth:`from_data`): there r grows, and f = r^p g(x̂)
         extrapolates along rays (grows like r^p for the arc-cosine kernels, tends to its value on the

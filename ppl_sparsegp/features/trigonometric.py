@@ -52,16 +52,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..conditionals import conditional
 from ..covariances import Kuf, Kuu
-from ..kernels import Stationary
-from ..linalg import Identity
+from ..kernels import Kernel, Stationary
+from ..linalg import Identity, LinearOperator
 from ..parameters import is_concrete
 from ..validation import (
     AFeature,
@@ -278,7 +279,7 @@ class TrigonometricFeatures(InducingFeature):
     def monte_carlo(self) -> bool:
         return self.estimator != "exact"
 
-    def check_inputs(self, X, name="X"):
+    def check_inputs(self, X: ArrayLike, name: str = "X"):
         X = one_column(self, X, name)
         a, c = initial_value(self.band), initial_value(self.centre)
         if a is not None and c is not None and is_concrete(X) and X.shape[0]:
@@ -436,7 +437,8 @@ def _conditional_trig(feature, kernel, X, q_mu, q_cov=None, *, whiten=False, Kmm
     return monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, rng_key)
 
 
-def monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, rng_key):
+def monte_carlo_conditional(feature: InducingFeature, kernel: Kernel, X: ArrayLike, q_mu: jax.Array,
+                            q_cov: Optional[LinearOperator], rng_key: jax.Array):
     r"""The Monte Carlo ``(mean, var)`` of :func:`conditional` in MC mode, for an explicit key.
 
     ``mean`` :math:`= (\hat\mu_1+\hat\mu_2)/2`, ``var`` :math:`= \hat\sigma^2 + \hat\mu_1\hat\mu_2 -
@@ -446,6 +448,12 @@ def monte_carlo_conditional(feature, kernel, X, q_mu, q_cov, rng_key):
 
     :param feature: a :class:`TrigonometricFeatures` (estimator "stratified"/"paired") or an
         :class:`AdditiveOrthogonal` (its MC columns use their estimator, the others their exact Kuf).
+    :param kernel: the kernel (concrete).
+    :param X: the inputs, (N, D).
+    :param q_mu: u, or the mean of q(u), (M,).
+    :param q_cov: the covariance of q(u), an (M, M) operator, or None (u = ``q_mu`` given).
+    :param rng_key: a JAX PRNG key.
+    :returns: ``(mean, var)``, arrays (N,).
     """
     if isinstance(feature, TrigonometricFeatures):
         if feature.estimator == "exact":

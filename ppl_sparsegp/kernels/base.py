@@ -3,8 +3,11 @@ check every kernel, feature and approximation runs (rank 2, at least one row, fi
 """
 from __future__ import annotations
 
+from typing import Optional, Union
+
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..grid import Grid
 from ..parameters import Module, check_finite
@@ -12,13 +15,13 @@ from ..parameters import Module, check_finite
 __all__ = ["Kernel", "check_inputs"]  # as_points: the kernels' own helper (called under tracing), not API
 
 
-def check_inputs(X, name: str = "X", input_dim: int | None = None):
+def check_inputs(X: Union[ArrayLike, Grid], name: str = "X", input_dim: Optional[int] = None):
     """Validate an input array of shape (N, D): rank 2, at least one row, finite, matching ``input_dim``
     if given. Every feature, kernel and approximation checks its inputs here.
 
     A :class:`~ppl_sparsegp.grid.Grid` passes through unchanged (its axes were checked when built).
 
-    :param X: the inputs (N, D).
+    :param X: the inputs (N, D), or a Grid.
     :param name: the argument's name, for the error messages.
     :param input_dim: the number of input dimensions D required, or None for any.
     :returns: X as a JAX array (a Grid unchanged).
@@ -52,7 +55,8 @@ class Kernel(Module):
     def __call__(self, X1, X2=None):
         raise NotImplementedError
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
+        r"""The diagonal :math:`k(\mathbf x_i, \mathbf x_i)`, shape (N,), for inputs X (N, D)."""
         raise NotImplementedError
 
     @property

@@ -3,9 +3,11 @@ k(x, x) of the kernels that have one."""
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..validation import AKernel, validated
 from .base import Kernel, as_points, check_inputs
@@ -21,7 +23,7 @@ class _Combination(Kernel):
 
     _params = ("kernels",)
 
-    def __init__(self, kernels):
+    def __init__(self, kernels: Sequence[Kernel]):
         kernels = tuple(kernels)
         if not kernels or not all(isinstance(k, Kernel) for k in kernels):
             raise ValueError("kernels must be a non-empty sequence of Kernel instances")
@@ -35,13 +37,13 @@ class _Combination(Kernel):
         X = as_points(check_inputs(X, "X", self.input_dim))
         return [X[:, d:d + 1] for d in range(X.shape[1])]
 
-    def parts(self, X1, X2=None):
+    def parts(self, X1: ArrayLike, X2: Optional[ArrayLike] = None) -> jax.Array:
         """The per-dimension Gram matrices, shape (D, N1, N2)."""
         c1 = self._columns(X1)
         c2 = c1 if X2 is None else self._columns(X2)
         return jnp.stack([k(a, b) for k, a, b in zip(self.kernels, c1, c2)])
 
-    def parts_diag(self, X):
+    def parts_diag(self, X: ArrayLike) -> jax.Array:
         return jnp.stack([k.diag(c) for k, c in zip(self.kernels, self._columns(X))])
 
 
@@ -54,7 +56,7 @@ class Additive(_Combination):
     def __call__(self, X1, X2=None):
         return jnp.sum(self.parts(X1, X2), 0)
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         return jnp.sum(self.parts_diag(X), 0)
 
 
@@ -70,19 +72,19 @@ class Product(_Combination):
     def __call__(self, X1, X2=None):
         return jnp.prod(self.parts(X1, X2), 0)
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         return jnp.prod(self.parts_diag(X), 0)
 
     @property
     def variance(self):
         return math.prod([k.variance for k in self.kernels])
 
-    def spectral_density(self, omega):
+    def spectral_density(self, omega: ArrayLike) -> jax.Array:
         omega = jnp.asarray(omega)
         return jnp.prod(jnp.stack([k.spectral_density(omega[..., d:d + 1])
                                    for d, k in enumerate(self.kernels)]), 0)
 
-    def sample_frequencies(self, rng_key, n, input_dim=None):
+    def sample_frequencies(self, rng_key: jax.Array, n: int, input_dim: Optional[int] = None) -> jax.Array:
         keys = jax.random.split(rng_key, len(self.kernels))
         return jnp.concatenate([k.sample_frequencies(kk, n, 1) for k, kk in zip(self.kernels, keys)], 1)
 

@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..parameters import is_concrete
 from ..validation import PositiveScalar, validated
@@ -46,7 +47,7 @@ class Periodic(Kernel):
     def input_dim(self):
         return 1
 
-    def profile_of_lag(self, tau):
+    def profile_of_lag(self, tau: ArrayLike) -> jax.Array:
         """k(τ)/σ² for lags τ."""
         return jnp.exp(-2.0 * jnp.sin(jnp.pi * tau / self.period) ** 2 / self.lengthscale**2)
 
@@ -55,7 +56,7 @@ class Periodic(Kernel):
         x2 = x1 if X2 is None else check_inputs(as_points(X2), "X2", 1)[:, 0]
         return self.variance * self.profile_of_lag(x1[:, None] - x2[None, :])
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         X = check_inputs(X, "X", 1)
         return jnp.full(X.shape[:1], self.variance, dtype=jnp.result_type(X.dtype, float))
 

@@ -16,10 +16,12 @@ References:
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln
+from jax.typing import ArrayLike
 
 from ..parameters import is_concrete
 from ..validation import PositiveScalar, PositiveScales, validated
@@ -52,8 +54,9 @@ class Stationary(Kernel):
         self._set(variance=variance, lengthscale=lengthscale)
 
     # --- profile -----------------------------------------------------------------------------------
-    def profile(self, tau):
-        """The correlation :math:`\\rho(\\tau)`, with :math:`\\rho(0) = 1`."""
+    def profile(self, tau: ArrayLike) -> jax.Array:
+        """The correlation :math:`\\rho(\\tau)`, with :math:`\\rho(0) = 1`, of scaled distances τ (any shape,
+        kept)."""
         raise NotImplementedError
 
     @property
@@ -69,8 +72,9 @@ class Stationary(Kernel):
             raise ValueError(f"X1 and X2 have different input dimensions: {A.shape[1]} vs {B.shape[1]}")
         return A, B
 
-    def scaled_sqdist(self, X1, X2=None):
-        """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0."""
+    def scaled_sqdist(self, X1: ArrayLike, X2: Optional[ArrayLike] = None) -> jax.Array:
+        """Squared scaled distances :math:`\\tau^2` (N1, N2), clamped at 0, between inputs X1 (N1, D) and X2
+        (N2, D) (default X1)."""
         return _scaled_sqdist(self.lengthscale, *self._inputs(X1, X2))
 
     def _gram_points(self, A, B):
@@ -80,11 +84,11 @@ class Stationary(Kernel):
     def __call__(self, X1, X2=None):
         return _gram(self, *self._inputs(X1, X2))
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         X = check_inputs(X, "X", self.input_dim)
         return jnp.full(X.shape[:1], self.variance, dtype=jnp.result_type(X.dtype, float))
 
-    def kappa(self, r):
+    def kappa(self, r: ArrayLike) -> jax.Array:
         """:math:`\\kappa(\\mathbf r)` for difference vectors r of shape (..., D)."""
         tau = _safe_sqrt(jnp.sum((jnp.asarray(r) / self.lengthscale) ** 2, axis=-1))
         return self.variance * self.profile(tau)
@@ -93,11 +97,11 @@ class Stationary(Kernel):
     def _lengthscales(self, D):
         return jnp.broadcast_to(jnp.asarray(self.lengthscale), (D,))
 
-    def log_unit_density(self, w):
+    def log_unit_density(self, w: ArrayLike) -> jax.Array:
         """log p₁(w): normalised spectral density of the unit-lengthscale kernel, w of shape (..., D)."""
         raise NotImplementedError
 
-    def spectral_density(self, omega):
+    def spectral_density(self, omega: ArrayLike) -> jax.Array:
         r""":math:`s(\boldsymbol\omega) = \sigma^2 (2\pi)^D \prod_d \ell_d\; p_1(\boldsymbol\omega\odot
         \boldsymbol\ell)` for ω of shape (..., D) (a 1-D array is read as D = 1)."""
         omega = jnp.asarray(omega)
@@ -109,17 +113,17 @@ class Stationary(Kernel):
                  + self.log_unit_density(omega * ls))
         return jnp.exp(log_s)
 
-    def log_spectral_density_normalised(self, omega):
+    def log_spectral_density_normalised(self, omega: jax.Array) -> jax.Array:
         """log p(ω) = log s(ω) − log((2π)^D σ²), the density ``sample_frequencies`` draws from."""
         D = omega.shape[-1]
         ls = self._lengthscales(D)
         return jnp.sum(jnp.log(ls)) + self.log_unit_density(omega * ls)
 
-    def sample_unit_frequencies(self, rng_key, n, input_dim):
+    def sample_unit_frequencies(self, rng_key: jax.Array, n: int, input_dim: int) -> jax.Array:
         """n draws from p₁ (unit lengthscale), shape (n, input_dim)."""
         raise NotImplementedError
 
-    def sample_frequencies(self, rng_key, n, input_dim=None):
+    def sample_frequencies(self, rng_key: jax.Array, n: int, input_dim: Optional[int] = None) -> jax.Array:
         """n frequencies from the normalised spectral density p(ω), shape (n, D)."""
         D = input_dim if input_dim is not None else (self.input_dim or 1)
         return self.sample_unit_frequencies(rng_key, n, D) / self._lengthscales(D)
@@ -149,17 +153,17 @@ class SquaredExponential(Stationary):
         or non-finite concrete value.
     """
 
-    def profile(self, tau):
+    def profile(self, tau: ArrayLike) -> jax.Array:
         return jnp.exp(-0.5 * tau**2)
 
     def _gram_points(self, A, B):  # avoid the sqrt: exact and smooth at r = 0
         return self.variance * jnp.exp(-0.5 * _scaled_sqdist(self.lengthscale, A, B))
 
-    def log_unit_density(self, w):
+    def log_unit_density(self, w: ArrayLike) -> jax.Array:
         D = w.shape[-1]
         return -0.5 * jnp.sum(w**2, -1) - 0.5 * D * math.log(2 * math.pi)
 
-    def sample_unit_frequencies(self, rng_key, n, input_dim):
+    def sample_unit_frequencies(self, rng_key: jax.Array, n: int, input_dim: int) -> jax.Array:
         return jax.random.normal(rng_key, (n, input_dim))
 
 
@@ -168,13 +172,13 @@ class _Matern(Stationary):
 
     nu: float = None
 
-    def log_unit_density(self, w):
+    def log_unit_density(self, w: ArrayLike) -> jax.Array:
         D = w.shape[-1]
         df = 2.0 * self.nu
         return (gammaln((df + D) / 2) - gammaln(df / 2) - 0.5 * D * math.log(df * math.pi)
                 - 0.5 * (df + D) * jnp.log1p(jnp.sum(w**2, -1) / df))
 
-    def sample_unit_frequencies(self, rng_key, n, input_dim):
+    def sample_unit_frequencies(self, rng_key: jax.Array, n: int, input_dim: int) -> jax.Array:
         kz, kg = jax.random.split(rng_key)
         z = jax.random.normal(kz, (n, input_dim))
         g = 2.0 * jax.random.gamma(kg, self.nu, (n, 1))  # chi-square with 2ν degrees of freedom
@@ -197,7 +201,7 @@ class Matern12(_Matern):
 
     nu = 0.5
 
-    def profile(self, tau):
+    def profile(self, tau: ArrayLike) -> jax.Array:
         return jnp.exp(-tau)
 
 
@@ -212,7 +216,7 @@ class Matern32(_Matern):
 
     nu = 1.5
 
-    def profile(self, tau):
+    def profile(self, tau: ArrayLike) -> jax.Array:
         s = math.sqrt(3.0) * tau
         return (1.0 + s) * jnp.exp(-s)
 
@@ -228,6 +232,6 @@ class Matern52(_Matern):
 
     nu = 2.5
 
-    def profile(self, tau):
+    def profile(self, tau: ArrayLike) -> jax.Array:
         s = math.sqrt(5.0) * tau
         return (1.0 + s + s**2 / 3.0) * jnp.exp(-s)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..parameters import is_concrete
 from ..validation import AKernel, Integer, OneOf, PositiveScalar, PositiveScales, Template, validated
@@ -40,7 +41,7 @@ class SphereEmbedded(Kernel):
         return 2
 
     @staticmethod
-    def embed(X):
+    def embed(X: ArrayLike) -> jax.Array:
         X = check_inputs(X, "X", 2)
         lon, lat = jnp.deg2rad(X[:, 0]), jnp.deg2rad(X[:, 1])
         return jnp.stack([jnp.cos(lat) * jnp.cos(lon), jnp.cos(lat) * jnp.sin(lon), jnp.sin(lat)], axis=1)
@@ -48,7 +49,7 @@ class SphereEmbedded(Kernel):
     def __call__(self, X1, X2=None):
         return self.base(self.embed(X1), None if X2 is None else self.embed(X2))
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         return self.base.diag(self.embed(X))
 
     @property
@@ -108,7 +109,7 @@ class Zonal(Kernel):
         ls = jnp.shape(self.lengthscale)
         return ls[0] if len(ls) == 1 else None
 
-    def kappa(self, t):
+    def kappa(self, t: ArrayLike) -> jax.Array:
         """κ(t) on [−1, 1], κ(1) = 1 (not multiplied by σ²)."""
         raise NotImplementedError
 
@@ -118,7 +119,7 @@ class Zonal(Kernel):
         hyperparameters (those degrees carry no feature). Default: none."""
         return False
 
-    def to_sphere(self, X):
+    def to_sphere(self, X: ArrayLike) -> tuple[jax.Array, jax.Array]:
         r"""(r, x̂) of inputs X (N, D): :math:`r = \|[\mathbf x\oslash\mathbf s, b]\|` (N,) and x̂ (N, D + 1)."""
         X = as_points(check_inputs(X, "X", self.input_dim))
         dtype = jnp.result_type(X.dtype, float)
@@ -138,7 +139,7 @@ class Zonal(Kernel):
             k = k * (r1[:, None] * r2[None, :]) ** self.order
         return k
 
-    def diag(self, X):
+    def diag(self, X: ArrayLike) -> jax.Array:
         r, _ = self.to_sphere(X)
         return self.variance * jnp.ones_like(r) if self.order == 0 else self.variance * r ** (2 * self.order)
 
@@ -225,7 +226,7 @@ class ArcCosine(Zonal):
         object.__setattr__(self, "order", int(order))
         super().__init__(variance, lengthscale, bias)
 
-    def kappa(self, t):
+    def kappa(self, t: ArrayLike) -> jax.Array:
         return (_arccos_kappa0, _arccos_kappa1, _arccos_kappa2)[self.order](t)  # Eq. (6) [1]
 
     @validated
@@ -279,6 +280,6 @@ class ChordalMatern(Zonal):
         super().__init__(variance, lengthscale, bias)
         self._set(chordal_lengthscale=chordal_lengthscale)
 
-    def kappa(self, t):
+    def kappa(self, t: ArrayLike) -> jax.Array:
         tau = _safe_sqrt(2.0 - 2.0 * jnp.clip(t, -1.0, 1.0)) / self.chordal_lengthscale
         return {0.5: Matern12, 1.5: Matern32, 2.5: Matern52}[self.nu].profile(self, tau)

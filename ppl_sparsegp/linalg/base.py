@@ -7,6 +7,7 @@ implement raises ``NotImplementedError`` naming the class and the operation; in 
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -91,14 +92,14 @@ class LinearOperator(Module):
     def _unsupported(self, what):
         raise NotImplementedError(f"{type(self).__name__} does not implement {what}")
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         """:math:`K B` for ``B`` of shape ``(n,)`` or ``(n, k)``."""
         self._unsupported("matmul")
 
     def __matmul__(self, B):
         return self.matmul(B)
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         """:math:`K^{-1} B` for ``B`` of shape ``(n,)`` or ``(n, k)``."""
         self._unsupported("solve")
 
@@ -117,11 +118,11 @@ class LinearOperator(Module):
         """
         self._unsupported("sqrt")
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         """:math:`R V` for ``V`` of shape ``(n',)`` or ``(n', k)`` (structured)."""
         self._unsupported("sqrt_matmul")
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         """:math:`R^\\top X` for ``X`` of shape ``(n,)`` or ``(n, k)`` (structured)."""
         self._unsupported("sqrt_rmatmul")
 
@@ -139,7 +140,7 @@ class LinearOperator(Module):
         self._unsupported(f"trace_solve (S: {type(S).__name__})")
 
     # -- derived operations ------------------------------------------------------------------------
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         """:math:`R^\\top K^{-1} B`, shape ``(n', ...)``.
 
         If :math:`B = K a`, then ``whiten(B)`` :math:`= R^\\top a`, and
@@ -147,14 +148,14 @@ class LinearOperator(Module):
         """
         return self.sqrt_rmatmul(self.solve(B))
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         """:math:`K^{-1} R V` for ``V`` of shape ``(n',)`` or ``(n', k)``: the weights of whitened inducing
         variables (:math:`u = R v`, so :math:`K_{fu}K^{-1}u = K_{fu}` ``solve_sqrt(v)``); for a square R
         it is :math:`R^{-\\top} V`, and a structure with a cheaper form than ``solve(sqrt_matmul(V))``
         overrides it."""
         return self.solve(self.sqrt_matmul(V))
 
-    def inv_quad(self, b):
+    def inv_quad(self, b: jax.Array) -> jax.Array:
         """:math:`b^\\top K^{-1} b` (a scalar for ``b`` of shape ``(n,)``, per column for ``(n, k)``)."""
         b = _check_rhs(self, b, self.size, "inv_quad", "b")
         return jnp.sum(b * self.solve(b), axis=0)

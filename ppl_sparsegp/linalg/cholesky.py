@@ -14,7 +14,7 @@ from .base import _as_float
 __all__ = ["triangular_inverse", "stacked_cholesky"]
 
 
-def triangular_inverse(L):
+def triangular_inverse(L: jax.Array) -> jax.Array:
     r"""The inverse of lower-triangular matrices L (..., m, m) by recursive doubling of diagonal blocks:
 
     .. math::
@@ -52,7 +52,7 @@ def triangular_inverse(L):
 
 
 @jax.custom_vjp
-def stacked_cholesky(K):
+def stacked_cholesky(K: jax.Array) -> jax.Array:
     r"""Lower Cholesky factors of a stack of SPD matrices K (..., m, m) (the lower triangle is read, as
     ``jnp.linalg.cholesky`` reads the symmetrised input), with a reverse-mode rule made of batched products
     only: for :math:`K = LL^\top` and the cotangent :math:`\bar L`,

@@ -2,9 +2,11 @@
 (T equal-size dense blocks held as stacked arrays, every operation one batched call)."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import block_diag, cho_solve, solve_triangular
+from jax.typing import ArrayLike
 
 from ..parameters import check_finite, check_value, is_concrete
 from .base import LinearOperator, _all_finite, _as_float, _check_rhs
@@ -25,7 +27,7 @@ class Dense(LinearOperator):
 
     _params = ("matrix", "chol")
 
-    def __init__(self, matrix, jitter=0.0):
+    def __init__(self, matrix: ArrayLike, jitter: ArrayLike = 0.0):
         matrix = _as_float(matrix)
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
             raise ValueError(f"Dense: matrix must be a square 2-D array, got shape {matrix.shape}")
@@ -45,7 +47,7 @@ class Dense(LinearOperator):
         self._set(matrix=matrix, chol=chol)
 
     @classmethod
-    def from_cholesky(cls, L) -> "Dense":
+    def from_cholesky(cls, L: jax.Array) -> "Dense":
         """Build from a lower-triangular factor :math:`L` (no factorisation): :math:`K = L L^\\top`."""
         L = _as_float(L)
         if L.ndim != 2 or L.shape[0] != L.shape[1]:
@@ -64,11 +66,11 @@ class Dense(LinearOperator):
     def dtype(self):
         return self.chol.dtype
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         B = _check_rhs(self, B, self.size, "matmul")
         return self.matrix @ B
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         """:math:`K^{-1} B = L^{-\\top} L^{-1} B`."""
         B = _check_rhs(self, B, self.size, "solve")
         return cho_solve((self.chol, True), B)
@@ -83,30 +85,30 @@ class Dense(LinearOperator):
     def sqrt(self):
         return self.chol
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         V = _check_rhs(self, V, self.size, "sqrt_matmul", "V")
         return self.chol @ V
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return self.chol.T @ X
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         """:math:`K^{-1} L V = L^{-\\top} V` (one triangular solve)."""
         V = _check_rhs(self, V, self.size, "solve_sqrt", "V")
         return solve_triangular(self.chol, V, lower=True, trans="T")
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         """:math:`R^\\top K^{-1} B = L^{-1} B` (one triangular solve)."""
         B = _check_rhs(self, B, self.size, "whiten")
         return solve_triangular(self.chol, B, lower=True)
 
-    def inv_quad(self, b):
+    def inv_quad(self, b: jax.Array) -> jax.Array:
         """:math:`b^\\top K^{-1} b = \\|L^{-1} b\\|^2`."""
         b = _check_rhs(self, b, self.size, "inv_quad", "b")
         return jnp.sum(self.whiten(b) ** 2, axis=0)
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(K^{-1} S) = \\|L^{-1} R_S\\|_F^2` (``L`` square, so exact), with ``S``'s
         dense factor ``S.sqrt()``: K is dense, so this costs no more than K's own solves."""
         self._check_same_size(S, "trace_solve")
@@ -143,7 +145,7 @@ class StackedBlockDiag(BlockDiag):
 
     _params = ("matrix", "chol")
 
-    def __init__(self, matrix, jitter=0.0):
+    def __init__(self, matrix: ArrayLike, jitter: ArrayLike = 0.0):
         matrix = _as_float(matrix)
         if matrix.ndim != 3 or matrix.shape[1] != matrix.shape[2] or matrix.shape[0] < 1:
             raise ValueError(f"StackedBlockDiag: matrix must have shape (T, m, m), got {matrix.shape}")
@@ -161,7 +163,7 @@ class StackedBlockDiag(BlockDiag):
         self._set(matrix=matrix, chol=chol)
 
     @classmethod
-    def from_cholesky(cls, L) -> "StackedBlockDiag":
+    def from_cholesky(cls, L: jax.Array) -> "StackedBlockDiag":
         """Build from lower-triangular factors ``L`` of shape ``(T, m, m)`` (no factorisation)."""
         L = _as_float(L)
         if L.ndim != 3 or L.shape[1] != L.shape[2] or L.shape[0] < 1:
@@ -204,7 +206,7 @@ class StackedBlockDiag(BlockDiag):
         Y = fn(X.reshape(self.num_blocks, self.chol.shape[-1], -1))
         return Y.reshape(X.shape)
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         return self._batched(lambda Y: self.matrix @ Y, B, "matmul", "B")
 
     def inverse_factor(self):
@@ -218,7 +220,7 @@ class StackedBlockDiag(BlockDiag):
             return self.inverse_factor() @ Y
         return solve_triangular(self.chol, Y, lower=True)
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         """:math:`K_t^{-1} B_t = L_t^{-\\top} (L_t^{-1} B_t)`, batched over the blocks."""
         def fn(Y):
             if Y.shape[-1] > Y.shape[-2]:
@@ -227,18 +229,18 @@ class StackedBlockDiag(BlockDiag):
             return cho_solve((self.chol, True), Y)
         return self._batched(fn, B, "solve", "B")
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         """:math:`L_t^{-1} B_t`, batched over the blocks (through :meth:`inverse_factor` when B has more
         columns than a block has rows)."""
         return self._batched(self._whiten_stacked, B, "whiten", "B")
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         return self._batched(lambda Y: self.chol @ Y, V, "sqrt_matmul", "V")
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         return self._batched(lambda Y: jnp.swapaxes(self.chol, -1, -2) @ Y, X, "sqrt_rmatmul", "X")
 
-    def inv_quad(self, b):
+    def inv_quad(self, b: jax.Array) -> jax.Array:
         b = _check_rhs(self, b, self.size, "inv_quad", "b")
         return jnp.sum(self.whiten(b) ** 2, axis=0)
 
@@ -249,7 +251,7 @@ class StackedBlockDiag(BlockDiag):
         """:math:`\\operatorname{diag}(L_t L_t^\\top) = \\sum_j L_{t,ij}^2` (no product of the factors)."""
         return jnp.sum(self.chol**2, axis=-1).reshape(-1)
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\sum_t \\|L_t^{-1} R_{S,t}\\|_F^2` in one batched solve when ``S`` is a
         :class:`StackedBlockDiag` of the same shape; otherwise as :meth:`BlockDiag.trace_solve` (blockwise
         for a :class:`BlockDiag` of the same block sizes, else by parts of ``S``)."""

@@ -1,8 +1,12 @@
 """Diagonal operators: :class:`Diagonal` (:math:`K = \\operatorname{diag}(d)`) and :class:`Identity`."""
 from __future__ import annotations
 
+from typing import Optional
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from .base import LinearOperator, _as_float, _bcast, _check_positive_diagonal, _check_rhs
 
@@ -17,7 +21,7 @@ class Diagonal(LinearOperator):
 
     _params = ("d",)
 
-    def __init__(self, d):
+    def __init__(self, d: ArrayLike):
         d = _as_float(d)
         if d.ndim != 1:
             raise ValueError(f"Diagonal: d must be 1-D, got shape {d.shape}")
@@ -32,11 +36,11 @@ class Diagonal(LinearOperator):
     def dtype(self):
         return self.d.dtype
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         B = _check_rhs(self, B, self.size, "matmul")
         return _bcast(self.d, B) * B
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         B = _check_rhs(self, B, self.size, "solve")
         return B / _bcast(self.d, B)
 
@@ -49,24 +53,24 @@ class Diagonal(LinearOperator):
     def sqrt(self):
         return jnp.diag(jnp.sqrt(self.d))
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         V = _check_rhs(self, V, self.size, "sqrt_matmul", "V")
         return _bcast(jnp.sqrt(self.d), V) * V
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return _bcast(jnp.sqrt(self.d), X) * X
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         V = _check_rhs(self, V, self.size, "solve_sqrt", "V")
         return V / _bcast(jnp.sqrt(self.d), V)
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         """:math:`D^{1/2} D^{-1} B = D^{-1/2} B`."""
         B = _check_rhs(self, B, self.size, "whiten")
         return B / _bcast(jnp.sqrt(self.d), B)
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(D^{-1} S) = \\sum_i S_{ii} / d_i`."""
         self._check_same_size(S, "trace_solve")
         return jnp.sum(S.diagonal() / self.d)
@@ -90,7 +94,7 @@ class Identity(LinearOperator):
 
     _static = ("n", "_dtype")
 
-    def __init__(self, n: int, dtype=None):
+    def __init__(self, n: int, dtype: Optional[DTypeLike] = None):
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"Identity: n must be a positive int, got {n!r}")
         dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
@@ -104,10 +108,10 @@ class Identity(LinearOperator):
     def dtype(self):
         return self._dtype
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         return _check_rhs(self, B, self.n, "matmul")
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         return _check_rhs(self, B, self.n, "solve")
 
     def logdet(self):
@@ -119,16 +123,16 @@ class Identity(LinearOperator):
     def sqrt(self):
         return jnp.eye(self.n, dtype=self._dtype)
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         return _check_rhs(self, V, self.n, "sqrt_matmul", "V")
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         return _check_rhs(self, X, self.n, "sqrt_rmatmul", "X")
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         return _check_rhs(self, B, self.n, "whiten")
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\operatorname{tr}(S) = \\sum_i S_{ii}`."""
         self._check_same_size(S, "trace_solve")
         return jnp.sum(S.diagonal())

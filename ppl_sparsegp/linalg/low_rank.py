@@ -2,9 +2,11 @@
 determinant lemma)."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.typing import ArrayLike
 
 from ..parameters import check_finite, check_value
 from .base import LinearOperator, _as_float, _bcast, _check_positive_diagonal, _check_rhs
@@ -46,7 +48,7 @@ class DiagPlusLowRank(LinearOperator):
     _params = ("d", "B")
     _static = ("disjoint",)
 
-    def __init__(self, d, B, disjoint: bool = False):
+    def __init__(self, d: ArrayLike, B: ArrayLike, disjoint: bool = False):
         d, B = _as_float(d), _as_float(B)
         if d.ndim != 1:
             raise ValueError(f"DiagPlusLowRank: d must be 1-D, got shape {d.shape}")
@@ -119,11 +121,11 @@ class DiagPlusLowRank(LinearOperator):
             return Y / _bcast(self._capacitance_diag(), Y)
         return cho_solve((self._capacitance_chol(), True), Y)
 
-    def matmul(self, X):
+    def matmul(self, X: jax.Array) -> jax.Array:
         X = _check_rhs(self, X, self.size, "matmul", "X")
         return _bcast(self.d, X) * X + self._B(self._Bt(X))
 
-    def solve(self, X):
+    def solve(self, X: jax.Array) -> jax.Array:
         """Woodbury: :math:`K^{-1} X = D^{-1} X - D^{-1} B C^{-1} B^\\top D^{-1} X`."""
         X = _check_rhs(self, X, self.size, "solve", "X")
         Dinv_X = X / _bcast(self.d, X)
@@ -144,7 +146,7 @@ class DiagPlusLowRank(LinearOperator):
             return self.sqrt_matmul(jnp.eye(self.size, dtype=self.dtype))
         return jnp.concatenate([jnp.diag(jnp.sqrt(self.d)), self.B], axis=1)
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         r""":math:`R V = D^{1/2} V_{:n} + B V_{n:}` (disjoint: :math:`D^{1/2}(I + G G^\top)^{1/2} V`)."""
         V = _check_rhs(self, V, self.sqrt_cols, "sqrt_matmul", "V")
         if self.disjoint:
@@ -152,21 +154,21 @@ class DiagPlusLowRank(LinearOperator):
         n = self.size
         return _bcast(jnp.sqrt(self.d), V[:n]) * V[:n] + self._B(V[n:])
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         r""":math:`R^\top X = [D^{1/2} X; B^\top X]` (disjoint: :math:`(I + G G^\top)^{1/2} D^{1/2} X`)."""
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         if self.disjoint:
             return self._symmetric_root(_bcast(jnp.sqrt(self.d), X) * X, +1)
         return jnp.concatenate([_bcast(jnp.sqrt(self.d), X) * X, self._Bt(X)], axis=0)
 
-    def whiten(self, X):
+    def whiten(self, X: jax.Array) -> jax.Array:
         r""":math:`R^\top K^{-1} X`; disjoint: :math:`(I + G G^\top)^{-1/2} D^{-1/2} X`, no solve."""
         if not self.disjoint:
             return super().whiten(X)
         X = _check_rhs(self, X, self.size, "whiten", "X")
         return self._symmetric_root(X / _bcast(jnp.sqrt(self.d), X), -1)
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         r""":math:`K^{-1} R V`; disjoint: :math:`D^{-1/2}(I + G G^\top)^{-1/2} V`, no solve."""
         if not self.disjoint:
             return super().solve_sqrt(V)
@@ -185,7 +187,7 @@ class DiagPlusLowRank(LinearOperator):
     def _diag_plus_factor(self, K):
         return self.d, self.B
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """By parts of ``S`` (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`): Woodbury
         solves with ``S``'s stored factor, :meth:`_inv_diagonal` for its diagonal part."""
         return self._trace_solve_by_parts(S)

@@ -4,9 +4,12 @@ Kronecker products, through a per-factor generalised eigendecomposition)."""
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
+import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import block_diag, solve_triangular
+from jax.typing import ArrayLike
 
 from .base import LinearOperator, _as_float, _bcast, _check_rhs
 
@@ -79,7 +82,7 @@ class BlockDiag(LinearOperator):
 
     _params = ("blocks",)
 
-    def __init__(self, blocks):
+    def __init__(self, blocks: Sequence[LinearOperator]):
         self._set(blocks=_check_operator_tuple(blocks, "BlockDiag", "blocks"))
 
     @property
@@ -105,22 +108,22 @@ class BlockDiag(LinearOperator):
         parts = _split(X, in_sizes)
         return jnp.concatenate([getattr(b, method)(p) for b, p in zip(self.blocks, parts)], axis=0)
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         return self._blockwise("matmul", B, "B")
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         return self._blockwise("solve", B, "B")
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         return self._blockwise("whiten", B, "B")
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         return self._blockwise("sqrt_matmul", V, "V", tuple(b.sqrt_cols for b in self.blocks))
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         return self._blockwise("sqrt_rmatmul", X, "X")
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         """Blockwise :math:`K_j^{-1} R_j V_j` (each block's own form: no solve for a disjoint
         :class:`~ppl_sparsegp.linalg.DiagPlusLowRank`, one triangular solve for a Cholesky factor)."""
         return self._blockwise("solve_sqrt", V, "V", tuple(b.sqrt_cols for b in self.blocks))
@@ -131,7 +134,7 @@ class BlockDiag(LinearOperator):
     def diagonal(self):
         return jnp.concatenate([b.diagonal() for b in self.blocks])
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """Blockwise :math:`\\sum_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a
         :class:`BlockDiag` with the same block sizes; by parts of ``S`` otherwise
         (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`: blockwise solves with a stored
@@ -170,7 +173,7 @@ class Kronecker(LinearOperator):
 
     _params = ("factors",)
 
-    def __init__(self, factors):
+    def __init__(self, factors: Sequence[LinearOperator]):
         self._set(factors=_check_operator_tuple(factors, "Kronecker", "factors"))
 
     @property
@@ -195,24 +198,24 @@ class Kronecker(LinearOperator):
         X = _check_rhs(self, X, math.prod(in_sizes), method, arg)
         return _kron_apply([getattr(f, method) for f in self.factors], in_sizes, X)
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         return self._apply("matmul", B, "B")
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         """:math:`K^{-1} = \\otimes_j K_j^{-1}`."""
         return self._apply("solve", B, "B")
 
-    def whiten(self, B):
+    def whiten(self, B: jax.Array) -> jax.Array:
         """:math:`R^\\top K^{-1} = \\otimes_j R_j^\\top K_j^{-1}`."""
         return self._apply("whiten", B, "B")
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         return self._apply("sqrt_matmul", V, "V", tuple(f.sqrt_cols for f in self.factors))
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         return self._apply("sqrt_rmatmul", X, "X")
 
-    def solve_sqrt(self, V):
+    def solve_sqrt(self, V: jax.Array) -> jax.Array:
         """:math:`K^{-1} R V = (\\otimes_j K_j^{-1} R_j) V`: one pass of each factor's own form, not a
         product and then a solve along every axis."""
         return self._apply("solve_sqrt", V, "V", tuple(f.sqrt_cols for f in self.factors))
@@ -228,7 +231,7 @@ class Kronecker(LinearOperator):
             out = jnp.kron(out, f.diagonal())
         return out
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """:math:`\\prod_j \\operatorname{tr}(K_j^{-1} S_j)` when ``S`` is a :class:`Kronecker` with the
         same factor sizes; :math:`\\prod_j \\operatorname{tr}(K_j^{-1} A_j) + \\prod_j
         \\operatorname{tr}(K_j^{-1} B_j)` when ``S`` is a :class:`KroneckerSum` :math:`\\otimes_j A_j +
@@ -284,7 +287,7 @@ class KroneckerSum(LinearOperator):
 
     _params = ("A_chol", "B_chol", "W", "lam")
 
-    def __init__(self, A_chol, B_chol):
+    def __init__(self, A_chol: Sequence[ArrayLike], B_chol: Sequence[ArrayLike]):
         A_chol = tuple(_as_float(L) for L in A_chol)
         B_chol = tuple(_as_float(J) for J in B_chol)
         if not A_chol or len(A_chol) != len(B_chol):
@@ -332,11 +335,11 @@ class KroneckerSum(LinearOperator):
                 L, x, lower=True) for L, W in zip(self.A_chol, self.W)]
         return _kron_apply(maps, self._sizes, X)
 
-    def matmul(self, B):
+    def matmul(self, B: jax.Array) -> jax.Array:
         B = _check_rhs(self, B, self.size, "matmul")
         return self._W(_bcast(self._d(), B) * self._W(B, transpose=True))
 
-    def solve(self, B):
+    def solve(self, B: jax.Array) -> jax.Array:
         B = _check_rhs(self, B, self.size, "solve")
         return self._Winv(self._Winv(B) / _bcast(self._d(), B), transpose=True)
 
@@ -353,15 +356,15 @@ class KroneckerSum(LinearOperator):
             da, db = jnp.kron(da, x), jnp.kron(db, z)
         return da + db
 
-    def sqrt_matmul(self, V):
+    def sqrt_matmul(self, V: jax.Array) -> jax.Array:
         V = _check_rhs(self, V, self.size, "sqrt_matmul", "V")
         return self._W(_bcast(jnp.sqrt(self._d()), V) * V)
 
-    def sqrt_rmatmul(self, X):
+    def sqrt_rmatmul(self, X: jax.Array) -> jax.Array:
         X = _check_rhs(self, X, self.size, "sqrt_rmatmul", "X")
         return _bcast(jnp.sqrt(self._d()), X) * self._W(X, transpose=True)
 
-    def trace_solve(self, S):
+    def trace_solve(self, S: LinearOperator) -> jax.Array:
         """By parts of ``S`` (:meth:`~ppl_sparsegp.linalg.LinearOperator._trace_solve_by_parts`): solves
         with ``S``'s stored factor, :meth:`_inv_diagonal` for its diagonal part; any other ``S`` raises."""
         return self._trace_solve_by_parts(S)

@@ -23,7 +23,9 @@ import os
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
+from jax.typing import ArrayLike
 
+from .base import LinearOperator
 from .cholesky import triangular_inverse
 from .structured import BlockDiag
 
@@ -31,8 +33,8 @@ __all__ = ["capacitance_cholesky", "logdet_and_quadratic", "precision_log_densit
            "woodbury_log_density"]
 
 
-def whiten_blocks(Kmm, X):
-    """Rᵀ Kuu⁻¹ X. A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
+def whiten_blocks(Kmm: LinearOperator, X: jax.Array) -> jax.Array:
+    """Rᵀ Kuu⁻¹ X for X (M, ...). A :class:`~ppl_sparsegp.linalg.BlockDiag` of blocks with one pytree structure and
     shape (e.g. additive VFF) is whitened as one vmapped block: the block's own ``whiten``, with D
     times fewer operations to compile and no per-block slicing."""
     blocks = getattr(Kmm, "blocks", None)
@@ -62,7 +64,7 @@ def check_memory(m, dtype):
                          f"(SparseGP with a diagonal q)")
 
 
-def capacitance_cholesky(G, noise_variance):
+def capacitance_cholesky(G: jax.Array, noise_variance: ArrayLike) -> jax.Array:
     r"""The lower Cholesky factor :math:`L_B` of :math:`B = I + GG^\top/\sigma^2` for G (M', r), the
     capacitance matrix of every Woodbury identity here. Refuses an M' that cannot fit in memory."""
     check_memory(G.shape[0], G.dtype)
@@ -76,7 +78,8 @@ def capacitance_cholesky(G, noise_variance):
     return jnp.linalg.cholesky(eye + (G @ G.T) / noise_variance)
 
 
-def woodbury_log_density(LB, Zr, n, rr, noise_variance):
+def woodbury_log_density(LB: jax.Array, Zr: jax.Array, n: ArrayLike, rr: ArrayLike,
+                         noise_variance: ArrayLike) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf r\mid 0, ZZ^\top + \sigma^2 I)` by Woodbury from
     :math:`L_B` (:func:`capacitance_cholesky` of :math:`G` with :math:`GG^\top = Z^\top Z`),
     :math:`Z^\top\mathbf r` (M', ...) and :math:`\mathbf r^\top\mathbf r` (...): with
@@ -97,7 +100,7 @@ def _scaled_factor(S, B):
 
 
 @jax.custom_jvp
-def logdet_and_quadratic(S, B):
+def logdet_and_quadratic(S: jax.Array, B: jax.Array) -> tuple[jax.Array, jax.Array]:
     r"""(log|S|, :math:`\operatorname{diag}(B^\top S^{-1}B)`) for SPD S (M', M') and B (M', K), through the
     Cholesky factor of the Jacobi-scaled S, with the derivative rule
 
@@ -128,7 +131,8 @@ def logdet_and_quadratic_jvp(primals, tangents):
     return out, (d_logdet, d_quad)
 
 
-def precision_log_density(S, logdet_P, Psi_r, n, rr, noise_variance):
+def precision_log_density(S: jax.Array, logdet_P: ArrayLike, Psi_r: jax.Array, n: ArrayLike, rr: ArrayLike,
+                          noise_variance: ArrayLike) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf r\mid 0, \Psi P^{-1}\Psi^\top + \sigma^2 I)` in precision form from
     :math:`S = P + \Psi^\top\Psi/\sigma^2` (M', M'), log|P|, :math:`\Psi^\top\mathbf r` (M', B), N and
     :math:`\mathbf r^\top\mathbf r` (B,): by the determinant lemma and Woodbury [1],

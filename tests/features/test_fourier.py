@@ -230,7 +230,7 @@ def test_spectral_tail_equals_quadrature_of_the_spectral_density(kernel_cls):
     k(0) = (1/π)∫₀^∞ s(ω) dω in 1-D)."""
     from scipy.integrate import quad
 
-    from ppl_sparsegp.features.fourier import spectral_tail
+    from ppl_sparsegp.features import spectral_tail
 
     k = kernel_cls(1.3, 0.2)
     lam = float(k.lam)
@@ -247,7 +247,7 @@ def test_box_rule_leaves_the_stated_residual_variance_at_the_data(kernel_cls, el
     """The rule's box and M, checked by the dense residual variance 1 − [K_fu K_uu⁻¹ K_uf]ₙₙ/kₙₙ at 64
     points in [0.2, 1.2]: its mean is at most 1.2× the tolerance (measured 0.46–1.10×), its maximum at
     most 2× (no edge effect), and one frequency fewer would not reach Tλ (M is the smallest)."""
-    from ppl_sparsegp.features.fourier import resolved_frequency
+    from ppl_sparsegp.features import resolved_frequency
 
     x = 0.2 + (np.arange(64) + 0.5) / 64
     f = FourierFeatures.from_data(x, kernel_cls(1.0, ell), tolerance=tol)
@@ -302,8 +302,7 @@ def test_box_rule_takes_a_lengthscale_prior_and_per_dimension_values():
     import numpyro.distributions as dist
     from scipy import stats
 
-    from ppl_sparsegp.features import KroneckerFeatures
-    from ppl_sparsegp.features.fourier import lengthscale_range
+    from ppl_sparsegp.features import KroneckerFeatures, lengthscale_range
 
     prior = dist.LogNormal(np.log(0.2), 0.5)
     lo, hi = lengthscale_range(prior)
@@ -345,7 +344,7 @@ def test_box_rule_from_a_prior_resolves_every_lengthscale_in_its_range(kernel_cl
     (dense residual variance); the box cut for ℓ_min alone misses several times more at ℓ_max."""
     import numpyro.distributions as dist
 
-    from ppl_sparsegp.features.fourier import lengthscale_range
+    from ppl_sparsegp.features import lengthscale_range
 
     x = (np.arange(64) + 0.5) / 64
     prior, tol = dist.LogNormal(np.log(0.12), 0.5), 0.01

@@ -159,7 +159,7 @@ def test_trig_size_rule_band_from_the_spectral_tail_and_m_resolving_every_input(
     tolerance unresolved, one function fewer leaves more somewhere; the quadrature suits the inputs."""
     from scipy.special import erfc
 
-    from ppl_sparsegp.features.fourier import spectral_tail
+    from ppl_sparsegp.features import spectral_tail
 
     rng = np.random.default_rng(1)
     tol = 0.01
