@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpyro
 from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu, SufficientStatistics
@@ -286,10 +287,12 @@ class CollapsedGP(GPModel):
         stats, sum_kff = self._centred_statistics(feature, kernel, c, X, y, statistics)
         numpyro.factor("y", collapsed_elbo_from_stats(Kuu(feature, kernel), stats, sum_kff, likelihood.variance))
 
-    def optimal_q(self, values: dict, X=None, y=None, *, statistics: SufficientStatistics | None = None):
+    def optimal_q(self, values: dict, X: Optional[ArrayLike] = None, y: Optional[ArrayLike] = None, *,
+                  statistics: SufficientStatistics | None = None) -> tuple[jax.Array, Dense]:
         """The optimal whitened q(v) = N(m_v, S_v) at the given hyperparameter values (site values: one
         posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``),
-        for the given (X, y) or ``statistics``, else the data the model holds (:meth:`with_data`)."""
+        for the given (X (N, D), y (N,)) or ``statistics``, else the data the model holds (:meth:`with_data`).
+        Returns ``(m_v, S_v)``: the mean (M,) and the covariance, a :class:`~ppl_sparsegp.linalg.Dense` (M, M)."""
         if X is None and y is None and statistics is None and self.precomputed is None:
             X, y = self._training_data("optimal_q")
         require(f"{type(self).__name__}.optimal_q", "values", values,

@@ -6,6 +6,7 @@ import difflib
 import math
 import os
 import typing
+from typing import Any, Optional
 
 import numpy as np
 
@@ -28,6 +29,10 @@ def _is_traced(value) -> bool:
         return False
 
 
+#: what :meth:`Check.problem` returns: None (allowed) or (the exception class to raise, what is wrong)
+Problem = Optional[tuple[type[InvalidArgument], str]]
+
+
 class Check:
     """One declared constraint. ``problem(value)`` returns None when the value is allowed, else
     ``(exception class, what is wrong)``; ``allowed`` says what is allowed (for messages and docs);
@@ -38,7 +43,7 @@ class Check:
     #: the fix to name after what is allowed (set with :func:`with_fix`); None: "pass <allowed>"
     fix = None
 
-    def problem(self, value):  # pragma: no cover - every check overrides it
+    def problem(self, value: Any) -> Problem:  # pragma: no cover - every check overrides it
         raise NotImplementedError
 
     def bad_values(self) -> list:
@@ -79,7 +84,7 @@ class Integer(Check):
         named = {(1, None): "a positive integer", (0, None): "a non-negative integer"}.get((low, high))
         self.allowed = named or "an integer" + (f" {bounds}" if bounds else "")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not _is_int(value):
             return WrongArgumentType, f"not an integer ({type(value).__name__})"
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
@@ -122,7 +127,7 @@ class Real(Check):
         else:
             self.allowed = (f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         x = _real(value)
         if x is None:
             return WrongArgumentType, f"not a real number ({type(value).__name__})"
@@ -164,7 +169,7 @@ class OneOf(Check):
         self.strings = all(isinstance(c, str) for c in self.choices)
         self.allowed = "one of " + ", ".join(repr(c) for c in self.choices)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not self.strings:
             ok = not isinstance(value, (bool, np.bool_, str)) and _real(value) in self.choices
             return None if ok else (InvalidArgument, "not one of them")
@@ -187,7 +192,7 @@ class Boolean(Check):
 
     allowed = "True or False"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
@@ -203,8 +208,8 @@ class ArrayOf(Check):
     (``finite=True``). A traced array is checked for its rank only, and so is anything with a ``shape``
     for ``read=False`` (a memory-mapped file of millions of rows is not read to be checked)."""
 
-    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True, read: bool = True,
-                 positive: bool = False, traced: bool = True):
+    def __init__(self, rank: int | tuple[int, ...] | None = None, shape: tuple | None = None, *, finite: bool = True,
+                 read: bool = True, positive: bool = False, traced: bool = True) -> None:
         self.rank = (rank,) if isinstance(rank, int) else rank
         self.shape, self.finite, self.read = shape, finite and read, read
         self.positive, self.traced = positive and read, traced
@@ -214,7 +219,7 @@ class ArrayOf(Check):
         self.allowed = (f"an array{ranks}{trail}" + (" of positive" if positive else " of")
                         + (" finite numbers" if finite else " numbers"))
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if isinstance(value, (str, bytes, dict)) or value is None:
             return WrongArgumentType, f"of type {type(value).__name__}"
         if not self.traced and _is_traced(value):  # a value sampled inside a model: judged by debug_checks
@@ -268,7 +273,7 @@ class Names(Check):
 
     allowed = "a string or a non-empty list of strings"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if isinstance(value, str):
             return None
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
@@ -287,7 +292,7 @@ class IsCallable(Check):
 
     allowed = "a callable"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if callable(value) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
@@ -305,7 +310,7 @@ class Key(Check):
         self.allow_int = allow_int
         self.allowed = "a PRNG key (jax.random.PRNGKey(seed))" + (" or an integer seed" if allow_int else "")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if _is_int(value):
             return None if self.allow_int else (WrongArgumentType, "an int, not a key")
         import jax
@@ -333,7 +338,7 @@ class Draws(Check):
 
     allowed = "the fit's draws: a dict {site: array (draws, ...)} (mcmc.get_samples()) or its InferenceData"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if hasattr(value, "posterior"):
             return None
         if not isinstance(value, dict):
@@ -367,7 +372,7 @@ class InstanceOf(Check):
             out.append(c)
         return tuple(out)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if isinstance(value, self.classes) else (WrongArgumentType, f"of type {type(value).__name__}")
 
     def bad_values(self):
@@ -381,7 +386,7 @@ class OrNone(Check):
         self.check = check
         self.allowed = f"None or {check.allowed}"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if value is None else self.check.problem(value)
 
     def bad_values(self):
@@ -398,7 +403,7 @@ class AnyOf(Check):
         self.checks = checks
         self.allowed = " or ".join(c.allowed for c in checks)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         problems = [c.problem(value) for c in self.checks]
         if any(p is None for p in problems):
             return None
@@ -439,7 +444,7 @@ AName = typing.Annotated[str, InstanceOf(str, what="a string (a site name or pre
 Samples = typing.Annotated[typing.Any, Draws()]
 
 
-def Template(rank=(0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read as a type in the hints
+def Template(rank: int | tuple[int, ...] = (0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read as a type in the hints
     """A template field: an array of ``rank`` (positive, finite), a NumPyro prior or a
     :class:`~ppl_sparsegp.parameters.Param` (a value sampled inside a model is not judged here: its prior was)."""
     check = AnyOf(ArrayOf(rank=rank, positive=positive, traced=False),
@@ -469,7 +474,7 @@ class SequenceOf(Check):
                 else f"a list or tuple of at least {min_len} items")
         self.allowed = f"{head}, each item {check.allowed}"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not isinstance(value, (list, tuple)):
             return WrongArgumentType, f"of type {type(value).__name__}, not a list or tuple"
         if len(value) < self.min_len or (self.length is not None and len(value) != self.length):
