@@ -126,7 +126,7 @@ def _kth_abs_difference(a, ks, num_iterations=64):
 
 
 @validated
-def pairwise_median_sq(points: Annotated[Any, ArrayOf(rank=2)]):
+def pairwise_median_sq(points: Annotated[Any, ArrayOf(rank=2)]) -> jax.Array:
     r"""Per-dimension median of :math:`(a_k - b_k)^2` over all ordered pairs of rows (self-pairs
     included), equal to ``jnp.median((P[:, None] - P[None]) ** 2, axis=(0, 1))`` but in
     :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values.
@@ -296,7 +296,7 @@ class SteinResult(NamedTuple):
     stein: Any
     state: Any
 
-    def values(self):
+    def values(self) -> dict[str, jax.Array]:
         """Per-particle site/param values with the shared ones broadcast (for ``predict_particles``)."""
         P = next(iter(self.particles.values())).shape[0]
         out = {k: jnp.broadcast_to(v, (P,) + jnp.shape(v)) for k, v in self.shared.items()}
@@ -441,7 +441,8 @@ def fit_msrfr(gp: Annotated[Any, InstanceOf(SparseSpectrumGP, what="a SparseSpec
 @validated
 def svgd(log_density: Annotated[Any, IsCallable()], particles: Annotated[Any, ArrayOf(rank=2)], *, num_steps: Count,
          lr: Positive = 0.1, repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0, num_cycles: Count = 5,
-         weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0, optim: _OPTIM = None):
+         weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0,
+         optim: _OPTIM = None) -> tuple[jax.Array, jax.Array]:
     r"""Plain SVGD for a target known up to a constant: the step SteinVI takes with a point-mass guide,
     :class:`FrequencyRBFKernel`, loss temperature :math:`\gamma(t)/P` and repulsion α (module
     docstring: why a separate function), vectorised:

@@ -176,7 +176,7 @@ class SparseSpectrumNormal(Distribution):
     def variance(self):
         return self.diag + jnp.sum(self.W ** 2, 0)
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
         return (self.loc, self.diag, self.W), None
 
     @classmethod
@@ -195,7 +195,7 @@ def _marginal(feature, kernel, X, noise_variance, mean=0.0):
 
 @validated
 def ssgp_log_marginal_likelihood(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets,
-                                 noise_variance: Positive, mean: LatentMean = 0.0):
+                                 noise_variance: Positive, mean: LatentMean = 0.0) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf y\mid c\mathbf 1, s\Phi^\top\Phi + \sigma^2 I)` in
     :math:`O(NR^2 + R^3)` (module docstring; corrected eq. (9) of [2])."""
     X = feature.check_inputs(check_inputs(X, "X"))
@@ -272,7 +272,7 @@ class SparseSpectrumGP(GPModel):
         return isinstance(self.feature.frequencies, Distribution)
 
     @validated
-    def init_frequencies(self, rng_key: RngKey):
+    def init_frequencies(self, rng_key: RngKey) -> jax.Array:
         """A starting Ω drawn from the kernel family's spectral density with ``self.init``."""
         R, D = self.feature.num_frequencies, self.feature.input_dim
         return sample_frequencies(type(self.kernel), rng_key, R, D, self.init)
@@ -324,14 +324,14 @@ class SparseSpectrumGP(GPModel):
         return self._frequency_point_mass()
 
     @validated
-    def log_marginal_likelihood(self, values: FittedParams, X: DataInputs, y: Targets):
+    def log_marginal_likelihood(self, values: FittedParams, X: DataInputs, y: Targets) -> jax.Array:
         """:math:`\\log p(\\mathbf y\\mid\\Omega, \\theta)` at site/param values (e.g. one particle)."""
         kernel, likelihood, feature, c = self.components_from(values)
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
     # --- prediction ---------------------------------------------------------------------------------
     @validated
-    def constructor_argument(self, name: AName):
+    def constructor_argument(self, name: AName) -> Any:
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
         ``num_frequencies`` and ``input_dim`` are not used, None)."""
         if name == "frequencies":
@@ -384,7 +384,8 @@ class SparseSpectrumGP(GPModel):
         return self._weight_posterior(self.components_from(values), X, y)
 
     @validated
-    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None) -> dict[str,
+                jax.Array]:
         """Predictive marginals at X_new, conditioned on the data the model holds (:meth:`with_data`).
 
         ``params`` (SVI: the point guide's params) give ``f_mean``, ``f_var``, ``y_mean``, ``y_var``;
@@ -397,7 +398,8 @@ class SparseSpectrumGP(GPModel):
             lambda values, X, y: self._weight_posterior(self.components_from(values), X, y))
 
     @validated
-    def predict_particles(self, X_new: DataInputs, X: DataInputs, y: Targets, particles: Samples):
+    def predict_particles(self, X_new: DataInputs, X: DataInputs, y: Targets, particles: Samples) -> dict[str,
+                          jax.Array]:
         """The mixture predictive of M particles (Algorithm 2 of [2]): ``gp.with_data(X, y).predict(X_new,
         samples=particles)``.
 

@@ -49,7 +49,7 @@ class Check:
     def bad_values(self) -> list:
         return []
 
-    def example(self):
+    def example(self) -> Any:
         return None
 
     def __repr__(self):
@@ -91,13 +91,13 @@ class Integer(Check):
             return InvalidArgument, "out of range"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         out = [1.5, "2", True, None, math.nan]
         out += [self.low - 1] if self.low is not None else []
         out += [self.high + 1] if self.high is not None else []
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return self.low if self.low is not None else (self.high if self.high is not None else 1)
 
 
@@ -139,7 +139,7 @@ class Real(Check):
             return InvalidArgument, "out of range"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         out = [math.nan, math.inf, -math.inf, "0.1", None, True]
         for end, is_open, step in ((self.low, self.low_open, -1), (self.high, self.high_open, 1)):
             if end is not None:
@@ -148,7 +148,7 @@ class Real(Check):
             out += []  # huge values are allowed where no upper end is declared
         return out
 
-    def example(self):
+    def example(self) -> Any:
         if self.low is not None and self.high is not None:
             return 0.5 * (self.low + self.high)
         if self.low is not None:
@@ -180,10 +180,10 @@ class OneOf(Check):
             return InvalidArgument, "not one of them" + (f" (did you mean {close[0]!r}?)" if close else "")
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return ["no such choice", 3, None] if self.strings else [max(self.choices) + 1, "1", None, True]
 
-    def example(self):
+    def example(self) -> Any:
         return self.choices[0]
 
 
@@ -195,10 +195,10 @@ class Boolean(Check):
     def problem(self, value: Any) -> Problem:
         return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return ["yes", 2, None]
 
-    def example(self):
+    def example(self) -> Any:
         return True
 
 
@@ -253,7 +253,7 @@ class ArrayOf(Check):
             shape[rank - len(self.shape):] = [3 if s is None else s for s in self.shape]
         return tuple(shape)
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         good = self._good_shape()
         out = ["an array", None]
         if self.finite:
@@ -264,7 +264,7 @@ class ArrayOf(Check):
             out += [np.zeros(good), -np.ones(good)]
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return np.ones(self._good_shape())
 
 
@@ -280,10 +280,10 @@ class Names(Check):
             return None
         return WrongArgumentType, f"of type {type(value).__name__}"
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [3, [], [1, 2], None]
 
-    def example(self):
+    def example(self) -> Any:
         return "f_v"
 
 
@@ -295,10 +295,10 @@ class IsCallable(Check):
     def problem(self, value: Any) -> Problem:
         return None if callable(value) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [3, "f"]
 
-    def example(self):
+    def example(self) -> Any:
         return lambda *a, **k: None
 
 
@@ -324,10 +324,10 @@ class Key(Check):
             return InvalidArgument, f"an array of {value.dtype} and shape {value.shape}"
         return WrongArgumentType, f"of type {type(value).__name__}"
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [1.5, "0", np.zeros(3)] + ([] if self.allow_int else [0])
 
-    def example(self):
+    def example(self) -> Any:
         import jax
         return 0 if self.allow_int else jax.random.PRNGKey(0)
 
@@ -346,10 +346,10 @@ class Draws(Check):
         bad = [k for k, v in value.items() if not isinstance(k, str) or isinstance(v, (str, dict)) or v is None]
         return (WrongArgumentType, f"entries {bad[:3]} are not site name: array") if bad else None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [[1.0, 2.0], 3, {"a": "b"}]
 
-    def example(self):
+    def example(self) -> Any:
         return {"f_kernel_lengthscale": np.full(3, 0.3)}
 
 
@@ -375,7 +375,7 @@ class InstanceOf(Check):
     def problem(self, value: Any) -> Problem:
         return None if isinstance(value, self.classes) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [v for v in (3, "x", 2.5) if self.problem(v) is not None]
 
 
@@ -389,10 +389,10 @@ class OrNone(Check):
     def problem(self, value: Any) -> Problem:
         return None if value is None else self.check.problem(value)
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [v for v in self.check.bad_values() if v is not None]
 
-    def example(self):
+    def example(self) -> Any:
         return None
 
 
@@ -410,11 +410,11 @@ class AnyOf(Check):
         kinds = [p[0] for p in problems]
         return (InvalidArgument if InvalidArgument in kinds else WrongArgumentType), problems[0][1]
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         bad = [v for c in self.checks for v in c.bad_values()]
         return [v for v in bad if all(c.problem(v) is not None for c in self.checks)]
 
-    def example(self):
+    def example(self) -> Any:
         return self.checks[0].example()
 
 
@@ -485,7 +485,7 @@ class SequenceOf(Check):
                 return found[0], f"item {i}: {found[1]}"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         inner = [v for v in self.check.bad_values() if v is not None and not isinstance(v, (list, tuple))][:2]
         good = self.check.example()
         out = ["no sequence", 3, None] + [[v] * max(1, self.min_len, self.length or 0) for v in inner]
@@ -495,5 +495,5 @@ class SequenceOf(Check):
             out.append([good] * (self.length + 1))
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return [self.check.example()] * max(1, self.min_len, self.length or 0)
