@@ -5,10 +5,10 @@ and the mean's weights integrated out), and its algebra.
 With :math:`Z = [W_1^\top \cdots W_J^\top\ HL_\beta]` (N × M'), the density
 :math:`\mathcal N(\mathbf y\mid H\bar{\boldsymbol\beta},\ ZZ^\top + \sigma^2 I)` is evaluated by Woodbury in
 O(N M'² + M'³) from the data, or in O(M'³) from the statistics :math:`\Psi^\top\Psi`, :math:`\Psi^\top\mathbf y`,
-:math:`\mathbf y^\top\mathbf y` of :math:`\Psi = [\Phi_1^\top\cdots\ H]` computed once (:func:`data_statistics`)
+:math:`\mathbf y^\top\mathbf y` of :math:`\Psi = [\Phi_1^\top\cdots\ H]` computed once (``data_statistics``)
 where every Kuf factors as :math:`\operatorname{diag}(\mathbf s)\Phi` (:mod:`~ppl_sparsegp.approximations.marginal`
-builds the blocks; this module only evaluates them). Only :class:`MarginalGaussian` is public; :class:`Part`,
-:class:`Statistics` and :func:`data_statistics` are the two files' shared internals.
+builds the blocks; this module only evaluates them). Only :class:`MarginalGaussian` is public; ``Part``,
+``Statistics`` and ``data_statistics`` are the two files' shared internals.
 
 References:
     1. Hensman, Durrande, Solin (2018), Variational Fourier features for Gaussian processes, §5.2.
@@ -86,11 +86,11 @@ class MarginalGaussian(Distribution):
     non-factorised model for PSIS-LOO; :meth:`posterior_weights` draws the integrated-out weights from
     their exact conditional given y.
 
-    :param parts: the blocks of Z's columns, one :class:`Part` per GP (Kuu, Kuf's scale (M_j,) and basis
+    :param parts: the blocks of Z's columns, one ``Part`` per GP (Kuu, Kuf's scale (M_j,) and basis
         (M_j, N)) and, last, the mean's (Hᵀ (P, N), L_β (P, P)).
     :param noise_variance: σ² > 0, a scalar.
     :param beta_bar: the mean weights' prior mean β̄ (P,), or None without a parametric mean.
-    :param stats: Ψ's statistics (:class:`Statistics`), computed once from concrete data, or None (the data
+    :param stats: Ψ's statistics (``Statistics``), computed once from concrete data, or None (the data
         path).
     :param y: the observations (..., N) the statistics were computed from (None on the data path).
     :param batch_shape: the outputs' batch shape (a ``numpyro.plate``'s).

@@ -1,5 +1,7 @@
 r"""The fit file: :func:`save_fit`, :func:`load_fit`, :func:`load_metadata` (the format: the package
-docstring of :mod:`ppl_sparsegp.saving`; the object tree's encoding: :mod:`~ppl_sparsegp.saving.encoding`).
+docstring of :mod:`ppl_sparsegp.saving`; the object tree's encoding: ``ppl_sparsegp.saving.encoding``).
+Their public home is :mod:`ppl_sparsegp.saving`, whose ``__all__`` lists them (this file has none, so the API
+reference documents them there).
 
 References:
     1. NumPy, ``numpy.lib.format``: the ``.npy`` / ``.npz`` formats (dtype-exact, pickle-free arrays).
@@ -20,8 +22,6 @@ from ..approximations.common import require_params
 from ..diagnostics.traces import check_draws_match_model
 from ..validation import InstanceOf, IsCallable, OrNone, Path, validated, warn_user
 from .encoding import Decoder, Encoder, FitFileError, first_difference, library_version, same, state
-
-__all__ = ["save_fit", "load_fit", "load_metadata", "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "ppl_sparsegp.fit"
 #: the version this library writes; it reads every version up to this one
