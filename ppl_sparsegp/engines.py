@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .approximations.base import GPModel
 from .optim import NaturalGradient
 from .parameters import as_rng_key
 from .validation import (
@@ -55,6 +57,10 @@ from .validation import (
     validated,
 )
 
+if TYPE_CHECKING:
+    from numpyro.infer import MCMC
+    from numpyro.infer.svi import SVIRunResult
+
 #: what fit_svi and fit_nuts run: a model function or an approximation (its .model and .guide)
 _MODEL = AnyOf(IsCallable(), InstanceOf("ppl_sparsegp.approximations.base.GPModel",
                                         what="an approximation (e.g. a SparseGP)"))
@@ -72,10 +78,11 @@ class NonFiniteLossError(FloatingPointError):
 
     :ivar step: that step (1-based); :ivar names: the params that are not finite after it (constrained
         or unconstrained value); :ivar loss: its loss; :ivar params: the params before it (all finite);
-        :ivar losses: the losses of the steps before it.
+        :ivar losses: the losses of the steps before it, (step − 1,).
     """
 
-    def __init__(self, message, *, step, names, loss, params, losses):
+    def __init__(self, message: str, *, step: int, names: list[str], loss: float, params: dict[str, jax.Array],
+                 losses: np.ndarray) -> None:
         super().__init__(message)
         self.step, self.names, self.loss, self.params, self.losses = step, names, loss, params, losses
 
@@ -84,12 +91,13 @@ class SVIDivergenceError(FloatingPointError):
     """SVI stopped because its (finite) loss diverged: it grew by orders of magnitude over its best, or
     ended far worse than it started (module docstring: the rule).
 
-    :ivar step: the last step run (1-based); :ivar losses: the losses of steps 1..step; :ivar params: the
+    :ivar step: the last step run (1-based); :ivar losses: the losses of steps 1..step, (step,); :ivar params: the
         params at the end of the best block (the last good ones; the initial params when no block
         improved on the first loss); :ivar best_step: the step those params are from (0: the start).
     """
 
-    def __init__(self, message, *, step, losses, params, best_step):
+    def __init__(self, message: str, *, step: int, losses: np.ndarray, params: dict[str, jax.Array],
+                 best_step: int) -> None:
         super().__init__(message)
         self.step, self.losses, self.params, self.best_step = step, losses, params, best_step
 
@@ -176,9 +184,11 @@ def fit_svi(model_or_gp: Annotated[Any, _MODEL], *args, num_steps: Count, rng_ke
                                                          "NaturalGradient(gp)) or an optax one"))] = None,
             elbo: Annotated[Any, OrNone(InstanceOf("numpyro.infer.elbo.ELBO",
                                                    what="a NumPyro ELBO (e.g. TraceMeanField_ELBO())"))] = None,
-            guide=None, progress: Flag = False, model_kwargs: Annotated[Any, _KWARGS] = None,
+            guide: Optional[Callable[..., Any]] = None, progress: Flag = False,
+            model_kwargs: Annotated[Any, _KWARGS] = None,
             block_size: MaybeCount = None,
-            divergence_factor: Annotated[Any, OrNone(Real(1.0, None, low_open=True))] = 1e3):
+            divergence_factor: Annotated[Any, OrNone(Real(1.0, None, low_open=True))] = 1e3
+            ) -> tuple[SVIRunResult, float]:
     """SVI of ``gp.model`` / ``gp.guide`` (or of the model function ``model_or_gp`` with ``guide``) on
     ``*args``: ``num_steps`` steps of ``optim`` (default ``Adam(lr)``) on ``elbo`` (default
     ``TraceMeanField_ELBO``), NumPyro's :class:`~numpyro.infer.SVI` underneath.
@@ -323,13 +333,14 @@ def _non_finite(svi, state, names, step, num_steps, loss, flags, losses):
 
 
 @validated
-def fit_nuts(model, *args, rng_key: RngKey, num_warmup: Annotated[int, Integer(0)], num_samples: Count,
+def fit_nuts(model: Callable[..., Any] | GPModel, *args, rng_key: RngKey, num_warmup: Annotated[int, Integer(0)],
+             num_samples: Count,
              num_chains: Count = 1, target_accept_prob: Annotated[float, Real(0.0, 1.0, low_open=True, high_open=True)]
              = 0.8, max_tree_depth: Count = 10, dense_mass: Flag = False,
              init_strategy: Annotated[Any, OrNone(IsCallable())] = None,
              chain_method: Annotated[Any, OrNone(OneOf("parallel", "sequential", "vectorized"))] = None,
              extra_fields: Annotated[Any, InstanceOf(tuple, list, what="a tuple of field names")] = EXTRA_FIELDS,
-             progress: Flag = False, model_kwargs: Annotated[Any, _KWARGS] = None):
+             progress: Flag = False, model_kwargs: Annotated[Any, _KWARGS] = None) -> tuple[MCMC, float]:
     """NUTS on ``model`` (a model function, or an approximation: its ``.model``) with ``*args``, through
     NumPyro's :class:`~numpyro.infer.MCMC`.
 

@@ -44,7 +44,7 @@ class Grid(Module):
     def dtype(self):
         return self.axes[0].dtype
 
-    def points(self):
+    def points(self) -> jnp.ndarray:
         """The (N, D) array of grid points."""
         mesh = jnp.meshgrid(*self.axes, indexing="ij")
         return jnp.stack([m.reshape(-1) for m in mesh], axis=1)

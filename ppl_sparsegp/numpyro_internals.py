@@ -2,7 +2,14 @@
 (jax 0.10.2, numpyro 0.22.0). Everything else in the project uses public APIs only."""
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any, Optional
+
+import jax
 from numpyro.contrib.einstein import SteinVI
+from numpyro.contrib.einstein.stein_kernels import SteinKernel
+from numpyro.infer import MCMC
 from numpyro.optim import _NumPyroOptim
 
 __all__ = ["NumPyroOptim", "SteinVIWithDivergence", "backends_initialised", "handler_stack", "inside_model_run",
@@ -37,6 +44,10 @@ if not callable(getattr(SteinVI, "_kernel_grad", None)):  # pragma: no cover - g
                       "ppl_sparsegp.numpyro_internals.SteinVIWithDivergence overrides: update it for this numpyro "
                       "version")
 
+#: SteinVI's own default of ``non_mixture_guide_params_fn`` (every guide param is a particle), reused so that
+#: the typed constructor below passes on exactly what SteinVI would have had
+_EVERY_PARAM_A_PARTICLE = inspect.signature(SteinVI.__init__).parameters["non_mixture_guide_params_fn"].default
+
 
 class SteinVIWithDivergence(SteinVI):
     r""":class:`numpyro.contrib.einstein.SteinVI` with a hook for the kernel divergence of its repulsive term.
@@ -50,8 +61,8 @@ class SteinVIWithDivergence(SteinVI):
     ``_kernel_grad`` is called once per particle pair by ``SteinVI._svgd_loss_and_grads``; importing
     this module fails if the method disappears (the override would otherwise be skipped silently).
 
-    The constructor is SteinVI's own, unchanged (see :class:`numpyro.contrib.einstein.SteinVI` for the
-    full description); this class adds no parameter. In short:
+    The constructor is SteinVI's, passed on unchanged (see :class:`numpyro.contrib.einstein.SteinVI` for the
+    full description; this class only declares the types); it adds no parameter. In short:
 
     :param model: the NumPyro model (a callable with NumPyro primitives).
     :param guide: its guide; the Stein particles are the guide's params (a point-mass guide gives SVGD).
@@ -66,8 +77,26 @@ class SteinVIWithDivergence(SteinVI):
     :param static_kwargs: keyword arguments of the model and the guide fixed for the whole run.
     """
 
-    def kernel_divergence(self, kernel, x, y):
-        """The divergence of ``kernel(x, y)`` with respect to x, or ``None`` for SteinVI's generic one."""
+    def __init__(self, model: Callable[..., Any], guide: Callable[..., Any], optim: _NumPyroOptim,
+                 kernel_fn: SteinKernel, num_stein_particles: int = 10, num_elbo_particles: int = 10,
+                 loss_temperature: float = 1.0, repulsion_temperature: float = 1.0,
+                 non_mixture_guide_params_fn: Callable[[str], bool] = _EVERY_PARAM_A_PARTICLE,
+                 **static_kwargs: Any) -> None:
+        super().__init__(model, guide, optim, kernel_fn, num_stein_particles=num_stein_particles,
+                         num_elbo_particles=num_elbo_particles, loss_temperature=loss_temperature,
+                         repulsion_temperature=repulsion_temperature,
+                         non_mixture_guide_params_fn=non_mixture_guide_params_fn, **static_kwargs)
+
+    def kernel_divergence(self, kernel: Callable[[jax.Array, jax.Array], Any], x: jax.Array,
+                          y: jax.Array) -> Optional[jax.Array]:
+        """The divergence of ``kernel(x, y)`` with respect to x, or ``None`` for SteinVI's generic one.
+
+        :param kernel: the particle kernel SteinVI built for this step (``kernel_fn.compute``'s): a function of
+            two flattened particles, a scalar or a matrix-valued block.
+        :param x: a particle, flattened (K,).
+        :param y: another particle, flattened (K,).
+        :returns: the divergence (K,), or None.
+        """
         return None
 
     def _kernel_grad(self, kernel, x, y):
@@ -75,7 +104,7 @@ class SteinVIWithDivergence(SteinVI):
         return super()._kernel_grad(kernel, x, y) if out is None else out
 
 
-def subsample_indices(size: int, subsample_size: int, rng_key):
+def subsample_indices(size: int, subsample_size: int, rng_key: jax.Array) -> jax.Array:
     """The indices ``numpyro.plate(..., subsample_size=...)`` draws for one step (the benchmarks time
     this alone, as the part of an SVI step no model changes). NumPyro draws them in the private
     ``numpyro.primitives._subsample_fn``; calling it keeps the timing identical to the plate's.
@@ -113,7 +142,7 @@ def inside_model_run() -> bool:
     return bool(handler_stack())
 
 
-def mcmc_run_arguments(mcmc):
+def mcmc_run_arguments(mcmc: MCMC) -> tuple[tuple, dict]:
     """The positional and keyword arguments of the model of the last :meth:`numpyro.infer.MCMC.run`, which
     NumPyro keeps in the private attributes ``MCMC._args`` and ``MCMC._kwargs`` (no public accessor).
 

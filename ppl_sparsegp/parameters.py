@@ -61,7 +61,8 @@ class Param:
             raise ValueError(f"Param init {np.asarray(self.init)!r} violates its constraint {constraint}")
 
     @validated
-    def resolved(self, positive: Flag, name: Annotated[str, InstanceOf(str, what="a string (the field's name)")]):
+    def resolved(self, positive: Flag,
+                 name: Annotated[str, InstanceOf(str, what="a string (the field's name)")]) -> constraints.Constraint:
         """The constraint to use for a field (``positive``: the field must be positive), checked."""
         if self.constraint is None:
             constraint = constraints.positive if positive else constraints.real
@@ -334,7 +335,8 @@ def check_module_fields(module):
 
 
 @validated
-def stack_modules(modules: Annotated[Any, InstanceOf(list, tuple, what="a list of modules (e.g. of kernels)")]):
+def stack_modules(modules: Annotated[Any, InstanceOf(list, tuple,
+                                                     what="a list of modules (e.g. of kernels)")]) -> Module:
     """One module whose every leaf holds the given modules' values along a new leading axis: K concrete
     kernels (each built, so each validated, by its constructor) as the per-output kernel of
     ``spectral_gp(..., batched_kernel=True)``, e.g. ``stack_modules([Matern32(1.0, [0.1, 0.2]), Matern32(2.0,
@@ -358,7 +360,7 @@ def stack_modules(modules: Annotated[Any, InstanceOf(list, tuple, what="a list o
 
 
 @validated
-def instantiate(template: _TEMPLATE, prefix: _PREFIX = "", *, point: Flag = False):
+def instantiate(template: _TEMPLATE, prefix: _PREFIX = "", *, point: Flag = False) -> Module:
     """Turn a template into a concrete module, adding NumPyro sites for its free parameters.
 
     Must be called inside a NumPyro model or guide. Nested modules are walked with the prefix

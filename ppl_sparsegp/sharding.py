@@ -272,7 +272,7 @@ def _same_everywhere(n_local: int, name: str):
 
 
 @validated
-def find_data_mesh(*arrays, axis: _AXIS = DATA_AXIS):
+def find_data_mesh(*arrays, axis: _AXIS = DATA_AXIS) -> Mesh | None:
     """The mesh whose axis ``axis`` the arrays' rows are split over, or None.
 
     Looked up on the first array that has one: a concrete ``jax.Array``'s ``NamedSharding``, or, under
@@ -297,7 +297,7 @@ def find_data_mesh(*arrays, axis: _AXIS = DATA_AXIS):
 
 @validated
 def map_rows(fn: Annotated[Any, IsCallable()], *rows, rng_key: Annotated[Any, OrNone(Key(allow_int=False))] = None,
-             out_rows=0, axis: _AXIS = DATA_AXIS):
+             out_rows: Any = 0, axis: _AXIS = DATA_AXIS) -> Any:
     """``fn(*rows)`` computed block by block where the rows live.
 
     ``fn`` maps arrays whose leading axis is the data rows to a pytree of per-row arrays, e.g. the

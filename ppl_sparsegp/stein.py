@@ -60,7 +60,8 @@ References:
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -125,7 +126,7 @@ def _kth_abs_difference(a, ks, num_iterations=64):
 
 
 @validated
-def pairwise_median_sq(points: Annotated[Any, ArrayOf(rank=2)]):
+def pairwise_median_sq(points: Annotated[Any, ArrayOf(rank=2)]) -> jax.Array:
     r"""Per-dimension median of :math:`(a_k - b_k)^2` over all ordered pairs of rows (self-pairs
     included), equal to ``jnp.median((P[:, None] - P[None]) ** 2, axis=(0, 1))`` but in
     :math:`O(n\log n)` memory and time per bisection step instead of sorting n² values.
@@ -222,7 +223,10 @@ class FrequencyRBFKernel(SteinKernel):
         self.input_dim, self.bandwidth_scale = int(input_dim), float(bandwidth_scale)
         self.rows = None
 
-    def init(self, rng_key, particles_shape):
+    def init(self, rng_key: jax.Array, particles_shape: tuple[int, ...]) -> None:
+        """SteinKernel's protocol: read R = particles_shape[-1] / D, the frequencies per particle.
+
+        :raises ValueError: when a particle's size is not a multiple of ``input_dim``."""
         size = particles_shape[-1]
         if size % self.input_dim:
             raise ValueError(f"a particle has {size} values, not a multiple of input_dim={self.input_dim}; "
@@ -240,7 +244,11 @@ class FrequencyRBFKernel(SteinKernel):
         h = self.bandwidth_scale * _pairwise_median_sq(pooled)
         return lax.stop_gradient(jnp.maximum(h, jnp.finfo(pooled.dtype).tiny))
 
-    def compute(self, rng_key, particles, particle_info, loss_fn):
+    def compute(self, rng_key: jax.Array, particles: jax.Array, particle_info: Mapping[str, tuple[int, int]],
+                loss_fn: Callable[..., Any]) -> Callable[[jax.Array, jax.Array], Any]:
+        """SteinKernel's protocol: the kernel of this step for the particles (P, R·D): the scalar RBF base
+        (R = 1) or ``(x, y) -> FrequencyBlockMatrix`` (R > 1), with the bandwidth from the pooled
+        frequencies (``particle_info`` and ``loss_fn`` are SteinVI's, unused)."""
         h = self._bandwidth(particles)
 
         def base(a, b):
@@ -257,13 +265,17 @@ class FrequencySteinVI(SteinVIWithDivergence):
 
     Used by :func:`fit_stein` with a :class:`FrequencyRBFKernel`, :class:`AdamW`, and a point-mass guide.
 
-    The constructor is SteinVI's own, unchanged, and adds no parameter: its parameters (model, guide,
+    The constructor is SteinVI's (passed on unchanged by the typed one of
+    :class:`~ppl_sparsegp.numpyro_internals.SteinVIWithDivergence`) and adds no parameter: its parameters (model, guide,
     optim, kernel_fn, num_stein_particles, num_elbo_particles, loss_temperature, repulsion_temperature,
     non_mixture_guide_params_fn, static_kwargs) are listed on
     :class:`~ppl_sparsegp.numpyro_internals.SteinVIWithDivergence` and :class:`numpyro.contrib.einstein.SteinVI`.
     """
 
-    def kernel_divergence(self, kernel, x, y):
+    def kernel_divergence(self, kernel: Callable[[jax.Array, jax.Array], Any], x: jax.Array,
+                          y: jax.Array) -> Optional[jax.Array]:
+        """The closed-form divergence (K,) of a ``FrequencyBlockMatrix`` kernel at particles x, y (K,)
+        (flattened frequencies), else None (SteinVI's own)."""
         K = kernel(x, y)
         return K.divergence() if isinstance(K, FrequencyBlockMatrix) else None
 
@@ -284,7 +296,7 @@ class SteinResult(NamedTuple):
     stein: Any
     state: Any
 
-    def values(self):
+    def values(self) -> dict[str, jax.Array]:
         """Per-particle site/param values with the shared ones broadcast (for ``predict_particles``)."""
         P = next(iter(self.particles.values())).shape[0]
         out = {k: jnp.broadcast_to(v, (P,) + jnp.shape(v)) for k, v in self.shared.items()}
@@ -300,7 +312,8 @@ def _site_name(param):
 
 
 @validated
-def fit_stein(model, guide, rng_key: _KEY, *args, num_particles: Count, num_steps: Count, input_dim: Count,
+def fit_stein(model: Callable[..., Any], guide: Callable[..., Any], rng_key: _KEY, *args, num_particles: Count,
+              num_steps: Count, input_dim: Count,
               particle_param: Annotated[str, InstanceOf(str, what="a param name (a string)")], lr: Positive = 0.1,
               lr_shared: _MAYBE_POSITIVE = None, repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0,
               num_cycles: Count = 5, weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0,
@@ -428,7 +441,8 @@ def fit_msrfr(gp: Annotated[Any, InstanceOf(SparseSpectrumGP, what="a SparseSpec
 @validated
 def svgd(log_density: Annotated[Any, IsCallable()], particles: Annotated[Any, ArrayOf(rank=2)], *, num_steps: Count,
          lr: Positive = 0.1, repulsion: NonNegative = 1.0, annealing_power: NonNegative = 0.0, num_cycles: Count = 5,
-         weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0, optim: _OPTIM = None):
+         weight_decay: NonNegative = 0.0, bandwidth_scale: Positive = 1.0,
+         optim: _OPTIM = None) -> tuple[jax.Array, jax.Array]:
     r"""Plain SVGD for a target known up to a constant: the step SteinVI takes with a point-mass guide,
     :class:`FrequencyRBFKernel`, loss temperature :math:`\gamma(t)/P` and repulsion α (module
     docstring: why a separate function), vectorised:

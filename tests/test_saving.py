@@ -23,6 +23,7 @@ from ppl_sparsegp.features.fourier_statistics import fourier_statistics
 from ppl_sparsegp.features.random_fourier import SpectralDensity
 from ppl_sparsegp.groups import Negation, Rotation
 from ppl_sparsegp.likelihoods import Poisson
+from ppl_sparsegp.saving import encoding, files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RNG = np.random.default_rng(0)
@@ -151,9 +152,9 @@ def test_a_map_fit_holding_its_data_loads_as_it_was_saved(tmp_path):
     gp, params, _ = the_fits(("collapsed-map",))["collapsed-map"]
     saving.save_fit(tmp_path / "map.npz", gp, params, metadata={"method": "map", "steps": 20})
     back, back_params = saving.load_fit(tmp_path / "map.npz")
-    assert type(back) is psg.CollapsedGP and saving._same(saving._state(gp), saving._state(back))
+    assert type(back) is psg.CollapsedGP and encoding.same(encoding.state(gp), encoding.state(back))
     np.testing.assert_array_equal(back.data[0], X1)
-    assert saving._same(params, back_params) and all(isinstance(v, np.ndarray) for v in back_params.values())
+    assert encoding.same(params, back_params) and all(isinstance(v, np.ndarray) for v in back_params.values())
     meta = saving.load_metadata(tmp_path / "map.npz")
     assert meta["metadata"] == {"method": "map", "steps": 20} and meta["format_version"] == saving.FORMAT_VERSION
     assert meta["approximation"] == "ppl_sparsegp.CollapsedGP"
@@ -189,27 +190,27 @@ def test_every_kind_of_template_survives_the_description():
         psg.Softmax(3), psg.RobustMax(3, 1e-3), psg.StudentT(dist.Exponential(1.0), 0.1), psg.Bernoulli("probit"),
         np.float64(3.5), (1, [2.0, None], "s"),
     ]
-    enc = saving._Encoder()
+    enc = encoding.Encoder()
     text = json.dumps([enc(o, f"object {i}") for i, o in enumerate(objects)])
-    back = [saving._Decoder(enc.arrays, "test", "test")(node, "o") for node in json.loads(text)]
+    back = [encoding.Decoder(enc.arrays, "test", "test")(node, "o") for node in json.loads(text)]
     for original, rebuilt in zip(objects, back):
         assert type(rebuilt) is type(original)
-        assert saving._same(original, rebuilt), original
+        assert encoding.same(original, rebuilt), original
     # the comparison sees a changed value, a changed prior, a changed constraint and a changed dtype
-    assert not saving._same(psg.Matern52(1.0, 2.0), psg.Matern52(1.0, 2.5))
-    assert not saving._same(psg.Matern52(dist.LogNormal(0.0, 1.0)), psg.Matern52(dist.LogNormal(0.0, 2.0)))
-    assert not saving._same(psg.Param(1.0, constraints.positive), psg.Param(1.0, constraints.greater_than(-1.0)))
-    assert not saving._same(np.ones(2), np.ones(2, np.float32))
+    assert not encoding.same(psg.Matern52(1.0, 2.0), psg.Matern52(1.0, 2.5))
+    assert not encoding.same(psg.Matern52(dist.LogNormal(0.0, 1.0)), psg.Matern52(dist.LogNormal(0.0, 2.0)))
+    assert not encoding.same(psg.Param(1.0, constraints.positive), psg.Param(1.0, constraints.greater_than(-1.0)))
+    assert not encoding.same(np.ones(2), np.ones(2, np.float32))
 
 
 def rewrite(path, edit):
     """Rewrite the JSON header of a fit file with ``edit(header)`` (the arrays unchanged)."""
     with np.load(path) as npz:
         arrays = {k: npz[k] for k in npz.files}
-    header = json.loads(str(arrays.pop(saving.HEADER)[()]))
+    header = json.loads(str(arrays.pop(files.HEADER)[()]))
     edit(header)
     with open(path, "wb") as f:
-        np.savez(f, **{saving.HEADER: np.array(json.dumps(header))}, **arrays)
+        np.savez(f, **{files.HEADER: np.array(json.dumps(header))}, **arrays)
     return path
 
 

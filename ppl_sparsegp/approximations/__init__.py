@@ -11,6 +11,7 @@
   residual orthogonal to it; SOLVE-GP, Tiao et al. 2023);
 * :mod:`.primitives`: ``spectral_gp``, ``inducing_prior``, ``inducing_guide`` for people's own models;
 * :mod:`.marginal`: ``marginal_spectral_gp``, Gaussian observations with the inducing variables integrated out;
+  :mod:`.marginal_gaussian`: its site distribution :class:`MarginalGaussian` and the algebra;
 * :mod:`.pilot`: ``choose_features``, the features of a user's model from a pilot fit to the data;
 * :mod:`.spherical_fit`: :func:`fit_spherical`, spherical features on millions of rows (one-pass statistics).
 """
@@ -18,7 +19,8 @@ from .base import GPModel
 from .collapsed import CollapsedGP, collapsed_elbo, exact_log_marginal_likelihood
 from .decoupled import OrthogonallyDecoupledGP
 from .map_estimate import map_lbfgs
-from .marginal import MarginalGaussian, marginal_spectral_gp
+from .marginal import marginal_spectral_gp
+from .marginal_gaussian import MarginalGaussian
 from .pilot import choose_features
 from .primitives import inducing_guide, inducing_prior, spectral_gp
 from .sparse import SparseGP

@@ -150,7 +150,7 @@ class GPModel:
         return self
 
     @validated
-    def constructor_argument(self, name: AName):
+    def constructor_argument(self, name: AName) -> Any:
         """The value of the constructor argument ``name`` that rebuilds this approximation, as
         ``type(gp)(**{name: gp.constructor_argument(name), ...})`` (what :func:`~ppl_sparsegp.saving.save_fit`
         records): the instance attribute of that name. A subclass whose constructor keeps an argument under

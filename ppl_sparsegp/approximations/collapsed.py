@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpyro
 from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution
 
 from ..covariances import Kuf, Kuu, SufficientStatistics
@@ -93,7 +94,8 @@ def _whitened_stats(Kmm, stats: SufficientStatistics, noise_variance):
 
 
 @validated
-def collapsed_elbo_from_stats(Kmm: AnOperator, stats: AStatistics, sum_kff: NonNegative, noise_variance: Positive):
+def collapsed_elbo_from_stats(Kmm: AnOperator, stats: AStatistics, sum_kff: NonNegative,
+                              noise_variance: Positive) -> jax.Array:
     """The collapsed bound from sufficient statistics in O(M³), no N (module docstring; [1], [2, §5.2]).
 
     :param Kmm: Kuu as a :class:`~ppl_sparsegp.linalg.LinearOperator` (M, M).
@@ -117,7 +119,7 @@ def _elbo_from_stats(Kmm, stats, sum_kff, noise_variance):
 
 
 @validated
-def optimal_whitened_q(Kmm: AnOperator, stats: AStatistics, noise_variance: Positive):
+def optimal_whitened_q(Kmm: AnOperator, stats: AStatistics, noise_variance: Positive) -> tuple[jax.Array, Dense]:
     r"""The optimal q(v) for u = R v: :math:`S_v = (I + WW^\top/\sigma^2)^{-1}`,
     :math:`\mathbf m_v = S_v W\mathbf y/\sigma^2` (eq. 29 of [2] with its missing Kuu⁻¹ restored).
 
@@ -147,7 +149,8 @@ def _check_regression(X, y, noise_variance):
 
 
 @validated
-def collapsed_elbo(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets, noise_variance: Positive):
+def collapsed_elbo(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets,
+                   noise_variance: Positive) -> jax.Array:
     """The collapsed (Titsias) bound :math:`\\mathcal L \\le \\log p(\\mathbf y)` for any feature family,
     O(NM²) (the formula is in the module docstring; [1]).
 
@@ -169,7 +172,7 @@ def collapsed_elbo(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets
 
 
 @validated
-def exact_log_marginal_likelihood(kernel: AKernel, X: DataInputs, y: Targets, noise_variance: Positive):
+def exact_log_marginal_likelihood(kernel: AKernel, X: DataInputs, y: Targets, noise_variance: Positive) -> jax.Array:
     r"""The exact GP log marginal likelihood :math:`\log\mathcal N(\mathbf y\mid 0, K_{ff} + \sigma^2 I)`
     by dense Cholesky, O(N³): the reference the bounds are tested against.
 
@@ -240,7 +243,8 @@ class CollapsedGP(GPModel):
         return {"y": jnp.reshape(draws, lead + draws.shape[1:])}
 
     @validated
-    def statistics(self, feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets):
+    def statistics(self, feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets) -> tuple[SufficientStatistics,
+                   jax.Array]:
         """Sufficient statistics of the data (a family may stream them; see VFF)."""
         return SufficientStatistics.from_kuf(Kuf(feature, kernel, X), y, keep_root=True), jnp.sum(kernel.diag(X))
 
@@ -277,7 +281,7 @@ class CollapsedGP(GPModel):
             raise ValueError(f"statistics are for {statistics.num_features} features, the feature has {M}")
 
     @validated
-    def model(self, X: MaybeInputs = None, y: MaybeTargets = None, *, statistics: MaybeStatistics = None):
+    def model(self, X: MaybeInputs = None, y: MaybeTargets = None, *, statistics: MaybeStatistics = None) -> None:
         """The collapsed bound as ``numpyro.factor("y", ...)``, from (X, y) or, when Kuf does not depend
         on the hyperparameters (VFF with the data inside the box), from precomputed ``statistics``
         (:func:`~ppl_sparsegp.features.fourier_statistics.fourier_statistics`; X and y are then ignored)
@@ -286,10 +290,12 @@ class CollapsedGP(GPModel):
         stats, sum_kff = self._centred_statistics(feature, kernel, c, X, y, statistics)
         numpyro.factor("y", collapsed_elbo_from_stats(Kuu(feature, kernel), stats, sum_kff, likelihood.variance))
 
-    def optimal_q(self, values: dict, X=None, y=None, *, statistics: SufficientStatistics | None = None):
+    def optimal_q(self, values: dict, X: Optional[ArrayLike] = None, y: Optional[ArrayLike] = None, *,
+                  statistics: SufficientStatistics | None = None) -> tuple[jax.Array, Dense]:
         """The optimal whitened q(v) = N(m_v, S_v) at the given hyperparameter values (site values: one
         posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``),
-        for the given (X, y) or ``statistics``, else the data the model holds (:meth:`with_data`)."""
+        for the given (X (N, D), y (N,)) or ``statistics``, else the data the model holds (:meth:`with_data`).
+        Returns ``(m_v, S_v)``: the mean (M,) and the covariance, a :class:`~ppl_sparsegp.linalg.Dense` (M, M)."""
         if X is None and y is None and statistics is None and self.precomputed is None:
             X, y = self._training_data("optimal_q")
         require(f"{type(self).__name__}.optimal_q", "values", values,
@@ -300,7 +306,7 @@ class CollapsedGP(GPModel):
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
     @validated
-    def constructor_argument(self, name: AName):
+    def constructor_argument(self, name: AName) -> Any:
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``statistics`` are the precomputed ones held."""
         return self.precomputed if name == "statistics" else super().constructor_argument(name)
 
@@ -313,7 +319,8 @@ class CollapsedGP(GPModel):
         return out
 
     @validated
-    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None) -> dict[str,
+                jax.Array]:
         """Predictive marginals at X_new from the optimal q(u) (per draw, mixed, for ``samples``); the
         training data are those the model holds (:meth:`with_data`, or precomputed ``statistics``)."""
         return self._gaussian_predict(X_new, params, samples, lambda: self._training_data("predict"),

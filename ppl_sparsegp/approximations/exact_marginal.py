@@ -23,11 +23,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.typing import ArrayLike
 from numpyro.distributions import Distribution, constraints
 
 __all__ = ["ExactMarginalGaussian", "MAX_EXACT_ROWS"]
@@ -78,20 +80,24 @@ class ExactMarginalGaussian(Distribution):
 
     :param cov: C (N, N), symmetric positive definite.
     :param loc: the mean :math:`H\bar{\boldsymbol\beta}` (N,) or 0.
+    :param batch_shape: the outputs' batch shape (a ``numpyro.plate``'s).
+    :param validate_args: NumPyro's flag.
     """
 
     arg_constraints = {}
     support = constraints.real_vector
     pytree_data_fields = ("cov", "loc")
 
-    def __init__(self, cov, loc=0.0, *, batch_shape=(), validate_args=None):
+    def __init__(self, cov: jax.Array, loc: ArrayLike = 0.0, *, batch_shape: tuple[int, ...] = (),
+                 validate_args: Optional[bool] = None) -> None:
         self.cov, self.loc = cov, loc
         super().__init__(batch_shape=tuple(batch_shape), event_shape=(cov.shape[-1],), validate_args=validate_args)
 
     def _residual(self, value):
         return jnp.reshape(value - self.loc, (-1, self.event_shape[0])).T  # (N, B)
 
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
+        """The joint log density (...,) of observations ``value`` (..., N)."""
         out = _dense_log_prob(self.cov, self._residual(value))
         return jnp.reshape(out, jnp.shape(value)[:-1])
 
@@ -100,8 +106,8 @@ class ExactMarginalGaussian(Distribution):
         eps = jax.random.normal(key, tuple(sample_shape) + self.batch_shape + self.event_shape, self.cov.dtype)
         return self.loc + eps @ L.T
 
-    def loo_log_prob(self, value):
-        r"""Pointwise :math:`\log p(y_i\mid\mathbf y_{-i},\theta)` (..., N) [2]: with
+    def loo_log_prob(self, value: ArrayLike) -> jax.Array:
+        r"""Pointwise :math:`\log p(y_i\mid\mathbf y_{-i},\theta)` (..., N) of ``value`` (..., N) [2]: with
         :math:`\mathbf g = C^{-1}\mathbf r` and :math:`\bar c_{ii} = [C^{-1}]_{ii}`,
         :math:`-\tfrac12\log 2\pi + \tfrac12\log\bar c_{ii} - \tfrac12 g_i^2/\bar c_{ii}`. O(N³)."""
         return jnp.reshape(_dense_loo(self.cov, self._residual(value)).T, jnp.shape(value))

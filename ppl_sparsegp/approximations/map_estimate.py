@@ -48,7 +48,7 @@ def map_lbfgs(model: Annotated[Any, IsCallable()], sites: Annotated[dict, _SITES
               model_args: Annotated[Any, InstanceOf(tuple, list, what="a tuple of the model's positional arguments")]
               = (), model_kwargs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None,
               init: Annotated[dict | None, OrNone(InstanceOf(dict))] = None, num_steps: Count = 500,
-              rng_key: RngKey = 0):
+              rng_key: RngKey = 0) -> tuple[dict[str, jax.Array], dict]:
     """Maximise the model's log joint over the hyperparameter ``sites`` (``{name: prior}``).
 
     :param model: a NumPyro model whose only latent sites are ``sites`` (e.g. ``CollapsedGP.model``).

@@ -49,7 +49,7 @@ from ..conditionals import conditional
 from ..covariances import Kuu
 from ..features.base import current_feature
 from ..gaussian import StructuredNormal
-from ..linalg import Identity
+from ..linalg import Identity, LinearOperator
 from ..parameters import free_leaves, instantiate, is_concrete
 from ..sharding import map_rows
 from ..validation import AKernel, AName, Flag, validated, warn_user
@@ -62,7 +62,7 @@ __all__ = ["inducing_prior", "inducing_guide", "spectral_gp"]
 
 @validated
 def inducing_prior(name: AName, feature: PrimitiveFeature, kernel: AKernel, *, whiten: Flag = True,
-                   Kmm: MaybeOperator = None):
+                   Kmm: MaybeOperator = None) -> tuple[jax.Array, LinearOperator]:
     r"""Sample the inducing variables: site ``f"{name}_v"`` (whitened) or ``f"{name}_u"`` (centred).
 
     Whitened, :math:`\mathbf v\sim\mathcal N(0, I_{M'})` (with :math:`\mathbf u = R\mathbf v`, R the square
@@ -235,7 +235,7 @@ def _project_rows(feature, kernel, X, *, value, whiten, Kmm, need_var=True):
 
 @validated
 def inducing_guide(name: AName, feature: PrimitiveFeature, kernel: AKernel, *, whiten: Flag = True,
-                   q_cov: QFamily = "auto", Kmm: MaybeOperator = None):
+                   q_cov: QFamily = "auto", Kmm: MaybeOperator = None) -> jax.Array:
     """The variational q over :func:`inducing_prior`'s site, for the user's own guide: a Gaussian from a
     q family (``"auto"``, ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable, see
     :mod:`~ppl_sparsegp.approximations.variational`) with params ``<site>_loc`` etc., initialised at the

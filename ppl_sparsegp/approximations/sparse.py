@@ -158,7 +158,7 @@ class SparseGP(GPModel):
         return numpyro.prng_key()
 
     @validated
-    def model(self, X: DataInputs, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
+    def model(self, X: DataInputs, y: MaybeTargets = None, *, batch_size: MaybeCount = None) -> None:
         """The joint model. With ``y=None`` it draws f and y (posterior/prior predictive).
 
         :param X: inputs (N, D) or a :class:`~ppl_sparsegp.Grid`.
@@ -212,7 +212,7 @@ class SparseGP(GPModel):
         return lik.log_prob(y, mean)
 
     @validated
-    def guide(self, X: MaybeInputs = None, y: MaybeTargets = None, *, batch_size: MaybeCount = None):
+    def guide(self, X: MaybeInputs = None, y: MaybeTargets = None, *, batch_size: MaybeCount = None) -> None:
         """Gaussian q over the inducing site (one per latent GP) and point estimates of the
         hyperparameters."""
         kernel, likelihood, feature, c = self.components(point=True)
@@ -251,7 +251,7 @@ class SparseGP(GPModel):
 
     @validated
     def elbo(self, params: FittedParams, X: DataInputs, y: Targets, rng_key: MaybeKey = None, *,
-             num_data: MaybeCount = None):
+             num_data: MaybeCount = None) -> jax.Array:
         r"""The ELBO :math:`\sum_n\mathbb E_{q(f_n)}\log p(y_n\mid f_n) - \mathrm{KL}(q(\mathbf u)\,\|\,
         p(\mathbf u))` at the given SVI params (all of the guide's params: a missing one raises
         ``ValueError``); exact, or Monte Carlo with ``rng_key`` for a Monte Carlo likelihood (Softmax). With
@@ -270,7 +270,7 @@ class SparseGP(GPModel):
         return scale * jnp.sum(ve) - gaussian_kl(loc, S, prior)
 
     @validated
-    def constructor_argument(self, name: AName):
+    def constructor_argument(self, name: AName) -> Any:
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``q_cov`` is the name of the q family
         (the string :func:`~ppl_sparsegp.approximations.variational.resolve_q_family` takes back).
 
@@ -280,7 +280,8 @@ class SparseGP(GPModel):
         return super().constructor_argument(name)
 
     @validated
-    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None) -> dict[str,
+                jax.Array]:
         """Predictive marginals at X_new.
 
         :param params: SVI params (``svi_result.params``): q(u) is used analytically.

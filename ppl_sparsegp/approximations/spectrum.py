@@ -55,13 +55,14 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 from jax import lax
+from jax.typing import ArrayLike
 from numpyro import handlers
 from numpyro.distributions import Distribution, constraints
 
@@ -101,6 +102,9 @@ from .common import (
     site_names,
 )
 
+if TYPE_CHECKING:
+    from ..linalg import Dense
+
 __all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -124,14 +128,18 @@ class SparseSpectrumNormal(Distribution):
     which for :math:`D = \sigma^2 I`, :math:`W = \Phi` is the corrected eq. (9) of [2] (:math:`C =
     A/\sigma^2`). One :math:`O(NK^2)` product and one :math:`O(K^3)` Cholesky per evaluation.
 
-    :param loc: mean (N,). :param diag: D (N,), positive. :param W: (K, N).
+    :param loc: mean (N,).
+    :param diag: D (N,), positive.
+    :param W: (K, N).
+    :param validate_args: NumPyro's flag.
+    :raises ValueError: when loc or diag is not (N,) for W's N.
     """
 
     arg_constraints = {"loc": constraints.real_vector}
     support = constraints.real_vector
     reparametrized_params = ["loc"]
 
-    def __init__(self, loc, diag, W, *, validate_args=None):
+    def __init__(self, loc: ArrayLike, diag: ArrayLike, W: ArrayLike, *, validate_args: Optional[bool] = None) -> None:
         self.loc, self.diag, self.W = jnp.asarray(loc), jnp.asarray(diag), jnp.asarray(W)
         N = self.W.shape[-1]
         if self.loc.shape != (N,) or self.diag.shape != (N,):
@@ -146,7 +154,8 @@ class SparseSpectrumNormal(Distribution):
         e = jax.random.normal(k2, tuple(sample_shape) + (N,), dtype=self.W.dtype)
         return self.loc + z @ self.W + jnp.sqrt(self.diag) * e
 
-    def log_prob(self, value):
+    def log_prob(self, value: ArrayLike) -> jax.Array:
+        """log p(value) (...,) of ``value`` (..., N) (the class docstring's Woodbury form)."""
         K, N = self.W.shape
         isd = lax.rsqrt(self.diag)
         Wt = self.W * isd  # W D^{-1/2}
@@ -167,11 +176,12 @@ class SparseSpectrumNormal(Distribution):
     def variance(self):
         return self.diag + jnp.sum(self.W ** 2, 0)
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
         return (self.loc, self.diag, self.W), None
 
     @classmethod
-    def tree_unflatten(cls, aux_data, params):
+    def tree_unflatten(cls, aux_data: None, params: tuple[jax.Array, jax.Array, jax.Array]) -> SparseSpectrumNormal:
+        """Rebuild from :meth:`tree_flatten`'s (loc (N,), diag (N,), W (K, N)) (jax.tree_util's protocol)."""
         return cls(*params)
 
 
@@ -185,7 +195,7 @@ def _marginal(feature, kernel, X, noise_variance, mean=0.0):
 
 @validated
 def ssgp_log_marginal_likelihood(feature: AFeature, kernel: AKernel, X: DataInputs, y: Targets,
-                                 noise_variance: Positive, mean: LatentMean = 0.0):
+                                 noise_variance: Positive, mean: LatentMean = 0.0) -> jax.Array:
     r""":math:`\log\mathcal N(\mathbf y\mid c\mathbf 1, s\Phi^\top\Phi + \sigma^2 I)` in
     :math:`O(NR^2 + R^3)` (module docstring; corrected eq. (9) of [2])."""
     X = feature.check_inputs(check_inputs(X, "X"))
@@ -262,7 +272,7 @@ class SparseSpectrumGP(GPModel):
         return isinstance(self.feature.frequencies, Distribution)
 
     @validated
-    def init_frequencies(self, rng_key: RngKey):
+    def init_frequencies(self, rng_key: RngKey) -> jax.Array:
         """A starting Ω drawn from the kernel family's spectral density with ``self.init``."""
         R, D = self.feature.num_frequencies, self.feature.input_dim
         return sample_frequencies(type(self.kernel), rng_key, R, D, self.init)
@@ -314,14 +324,14 @@ class SparseSpectrumGP(GPModel):
         return self._frequency_point_mass()
 
     @validated
-    def log_marginal_likelihood(self, values: FittedParams, X: DataInputs, y: Targets):
+    def log_marginal_likelihood(self, values: FittedParams, X: DataInputs, y: Targets) -> jax.Array:
         """:math:`\\log p(\\mathbf y\\mid\\Omega, \\theta)` at site/param values (e.g. one particle)."""
         kernel, likelihood, feature, c = self.components_from(values)
         return ssgp_log_marginal_likelihood(feature, kernel, X, jnp.asarray(y), likelihood.variance, c)
 
     # --- prediction ---------------------------------------------------------------------------------
     @validated
-    def constructor_argument(self, name: AName):
+    def constructor_argument(self, name: AName) -> Any:
         """:meth:`~ppl_sparsegp.GPModel.constructor_argument`; ``frequencies`` are the feature's (given: then
         ``num_frequencies`` and ``input_dim`` are not used, None)."""
         if name == "frequencies":
@@ -359,10 +369,12 @@ class SparseSpectrumGP(GPModel):
         stats = SufficientStatistics.from_kuf(Kuf(feature, kernel, X), y - c, keep_root=True)
         return optimal_whitened_q(Kuu(feature, kernel), stats, likelihood.variance)
 
-    def optimal_q(self, values: dict, X=None, y=None):
+    def optimal_q(self, values: dict, X: Optional[ArrayLike] = None,
+                  y: Optional[ArrayLike] = None) -> tuple[jax.Array, Dense]:
         """The whitened weight posterior q(v) = N(m_v, S_v) at the given site values (one particle or
         posterior draw, or ``point_values(svi_result.params)``; a missing site raises ``ValueError``), for
-        the given (X, y), else the data the model holds (:meth:`with_data`)."""
+        the given (X (N, D), y (N,)), else the data the model holds (:meth:`with_data`). Returns
+        ``(m_v, S_v)``: the mean (M,) and the covariance, a :class:`~ppl_sparsegp.linalg.Dense` (M, M)."""
         if X is None and y is None:
             X, y = self._training_data("optimal_q")
         require(f"{type(self).__name__}.optimal_q", "values", values,
@@ -372,7 +384,8 @@ class SparseSpectrumGP(GPModel):
         return self._weight_posterior(self.components_from(values), X, y)
 
     @validated
-    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None):
+    def predict(self, X_new: DataInputs, *, params: MaybeParams = None, samples: MaybeDraws = None) -> dict[str,
+                jax.Array]:
         """Predictive marginals at X_new, conditioned on the data the model holds (:meth:`with_data`).
 
         ``params`` (SVI: the point guide's params) give ``f_mean``, ``f_var``, ``y_mean``, ``y_var``;
@@ -385,7 +398,8 @@ class SparseSpectrumGP(GPModel):
             lambda values, X, y: self._weight_posterior(self.components_from(values), X, y))
 
     @validated
-    def predict_particles(self, X_new: DataInputs, X: DataInputs, y: Targets, particles: Samples):
+    def predict_particles(self, X_new: DataInputs, X: DataInputs, y: Targets, particles: Samples) -> dict[str,
+                          jax.Array]:
         """The mixture predictive of M particles (Algorithm 2 of [2]): ``gp.with_data(X, y).predict(X_new,
         samples=particles)``.
 

@@ -74,7 +74,8 @@ class SphericalFit:
         return self.gp.feature
 
     @validated
-    def predict(self, X_new: Annotated[Any, ArrayOf(rank=2, read=False)], *, chunk_size: Count = 8192):
+    def predict(self, X_new: Annotated[Any, ArrayOf(rank=2, read=False)], *,
+                chunk_size: Count = 8192) -> tuple[np.ndarray, np.ndarray]:
         """Predictive marginals of f at ``X_new`` (N*, D) in chunks of ``chunk_size`` rows (one compilation).
 
         :returns: ``(f_mean (N*,), f_var (N*,))`` NumPy arrays; add ``noise_variance`` for y.

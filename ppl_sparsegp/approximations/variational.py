@@ -10,13 +10,15 @@ References:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
+import jax
 import jax.numpy as jnp
 import numpyro
 from numpyro.distributions import constraints
 
-from ..linalg import BlockDiag, Dense, Diagonal, Kronecker, KroneckerSum, StackedBlockDiag
+from ..linalg import BlockDiag, Dense, Diagonal, Kronecker, KroneckerSum, LinearOperator, StackedBlockDiag
 from ..validation import AName, AnyOf, Count, Flag, InstanceOf, IsCallable, OneOf, validated
 
 __all__ = ["full_covariance", "diagonal_covariance", "block_diagonal_covariance", "two_kronecker_covariance",
@@ -28,7 +30,7 @@ _OPERATOR = Annotated[Any, InstanceOf("ppl_sparsegp.linalg.LinearOperator",
 
 
 @validated
-def full_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
+def full_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag) -> tuple[jax.Array, LinearOperator]:
     """q = N(m, LLᵀ) with a free lower-triangular L (initialised at the prior).
 
     :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale_tril``.
@@ -49,7 +51,7 @@ def full_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
 
 
 @validated
-def diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
+def diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag) -> tuple[jax.Array, LinearOperator]:
     """q = N(m, diag(s²)) (mean field), initialised at the prior's marginal variances.
 
     :param name: the inducing site's name: the params are ``<name>_loc``, ``<name>_scale``.
@@ -68,7 +70,8 @@ def diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
 
 
 @validated
-def block_diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
+def block_diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag) -> tuple[jax.Array,
+                              LinearOperator]:
     r"""q = :math:`\prod_t\mathcal N(\boldsymbol\mu_t, L_tL_t^\top)`: one full-rank Gaussian per block of
     Kmm (a :class:`~ppl_sparsegp.linalg.BlockDiag`), as the HVGP [2, §4.2]. Returns ``(loc, S)``, S a
     :class:`~ppl_sparsegp.linalg.StackedBlockDiag` of the factors when the blocks have equal sizes (one
@@ -111,7 +114,7 @@ def block_diagonal_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: F
 
 
 @validated
-def two_kronecker_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag):
+def two_kronecker_covariance(name: AName, dim: Count, Kmm: _OPERATOR, whiten: Flag) -> tuple[jax.Array, LinearOperator]:
     r"""q(u) (or q(v)) covariance :math:`S = \otimes_d L_dL_d^\top + \otimes_d J_dJ_d^\top` for
     Kronecker features [1, §5.3, Fig. 7]: unlike a single Kronecker product it keeps the ELBO
     increasing with M. Use as ``SparseGP(KroneckerFeatures(...), ..., q_cov=two_kronecker_covariance)``.
@@ -152,7 +155,7 @@ _FAMILIES = {"full": full_covariance, "diag": diagonal_covariance, "block-diag":
 
 
 @validated
-def default_family(Kmm: _OPERATOR):
+def default_family(Kmm: _OPERATOR) -> Callable[..., tuple[jax.Array, LinearOperator]]:
     """The family ``q_cov="auto"`` picks from Kuu's structure: block-diagonal for a
     :class:`~ppl_sparsegp.linalg.StackedBlockDiag` Kuu (harmonic features: the HVGP's q [2, §4.2]), full
     otherwise (a two-Kronecker or diagonal q is a further approximation the caller opts into).
@@ -167,7 +170,7 @@ def _auto(name, dim, Kmm, whiten):
 
 
 @validated
-def resolve_q_family(q_cov: QFamily):
+def resolve_q_family(q_cov: QFamily) -> Callable[..., tuple[jax.Array, LinearOperator]]:
     """The q(u) covariance family for ``q_cov``: ``"auto"`` (from Kuu's structure, :func:`default_family`),
     ``"full"``, ``"diag"``, ``"block-diag"``, ``"two-kron"`` or a callable
     ``(name, dim, Kmm, whiten) -> (loc, operator)``, returned as is."""

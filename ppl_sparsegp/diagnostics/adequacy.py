@@ -3,7 +3,7 @@ posterior draw, and the fix when too much."""
 from __future__ import annotations
 
 import warnings
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +25,9 @@ from ..validation import (
     validated,
 )
 from .prediction import _thin, check_chain_grouping, check_draw_counts, posterior_samples, svi_params
+
+if TYPE_CHECKING:
+    from ._arviz import az
 
 __all__ = ["adequacy", "add_adequacy"]
 
@@ -170,7 +173,7 @@ def _residual_fractions(parts, flat, X, hyper):
 
 
 @validated
-def add_adequacy(idata: Annotated[Any, _IDATA], result: Annotated[dict, _RESULT]):
+def add_adequacy(idata: Annotated[Any, _IDATA], result: Annotated[dict, _RESULT]) -> az.InferenceData:
     """Store an :func:`adequacy` or a :func:`~ppl_sparsegp.diagnostics.refinement_check` result in
     ``idata`` as the group ``adequacy``: the residual check's ``residual_fraction`` (dim
     ``adequacy_draw``) and its summary (``median``, ``q95``, ``ok``, ``message``) as attributes; the

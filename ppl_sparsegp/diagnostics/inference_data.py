@@ -279,9 +279,9 @@ def _log_likelihood_dataset(values, coords, dims, draws=None):
 
 
 def _marginal_base(fn):
-    """The :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian` (or exact) inside ``fn``, else None."""
+    """The :class:`~ppl_sparsegp.approximations.MarginalGaussian` (or exact) inside ``fn``, else None."""
     from ..approximations.exact_marginal import ExactMarginalGaussian
-    from ..approximations.marginal import MarginalGaussian
+    from ..approximations.marginal_gaussian import MarginalGaussian
 
     while not isinstance(fn, (MarginalGaussian, ExactMarginalGaussian)) and hasattr(fn, "base_dist"):
         fn = fn.base_dist
@@ -320,10 +320,10 @@ def _user_terms_at(terms, samples, which):
 
 
 def _marginal_loo(idata, mcmc, terms, coords, dims):
-    """Replace the joint log density of every :class:`~ppl_sparsegp.approximations.marginal.MarginalGaussian`
+    """Replace the joint log density of every :class:`~ppl_sparsegp.approximations.MarginalGaussian`
     site (``marginal_spectral_gp``; the model does not factorise over observations) in the
     ``log_likelihood`` group by its pointwise leave-one-out terms log p(y_i | y_-i, θ) per draw
-    (:meth:`~ppl_sparsegp.approximations.marginal.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
+    (:meth:`~ppl_sparsegp.approximations.MarginalGaussian.loo_log_prob`), which ``az.loo`` takes
     as the pointwise values of a non-factorised model; with the user's ``dims`` and ``coords``."""
     fn, _, marginal = terms
     if not marginal or "log_likelihood" not in idata.groups():

@@ -19,7 +19,7 @@ def stein_inference_data(result: Annotated[Any, InstanceOf("ppl_sparsegp.stein.S
                          gp: Annotated[Any, OrNone(InstanceOf("ppl_sparsegp.approximations.spectrum.SparseSpectrumGP"))]
                          = None, X: Annotated[Any, OrNone(ArrayOf(rank=(1, 2)))] = None,
                          y: Annotated[Any, OrNone(ArrayOf(rank=1))] = None, *,
-                         attrs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None):
+                         attrs: Annotated[dict | None, OrNone(InstanceOf(dict))] = None) -> az.InferenceData:
     """ArviZ InferenceData of a Stein particle posterior (a :class:`~ppl_sparsegp.stein.SteinResult`).
 
     ``posterior``: particle sites with dims ``(chain=1, draw=1, particle, ...)`` (frequencies:

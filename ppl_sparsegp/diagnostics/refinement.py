@@ -30,6 +30,7 @@ References:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import jax
@@ -85,7 +86,7 @@ def _shifts(base: dict, other: dict, scale: dict) -> dict:
 
 
 @validated(forwards_to="model")
-def refinement_check(model, samples: Samples, *args, times: Count = 1,
+def refinement_check(model: Callable[..., Any], samples: Samples, *args, times: Count = 1,
                      refit: Annotated[bool | None, OrNone(Boolean())] = None,
                      num_warmup: Annotated[int, NonNegativeInt()] = 200, num_samples: Annotated[int, Integer(2)] = 200,
                      threshold: Positive = 0.5, max_draws: Annotated[int | None, OrNone(Integer(2))] = 1000,

@@ -48,7 +48,7 @@ def save(idata: Annotated[Any, _IDATA], path: Path) -> str:
 
 
 @validated
-def load(path: Path):
+def load(path: Path) -> az.InferenceData:
     """Read an InferenceData written by :func:`save`, into memory (the file is closed afterwards).
 
     :param path: the netCDF file.

@@ -2,7 +2,7 @@
 (the optimiser of Stein random feature regression, :mod:`ppl_sparsegp.stein`)."""
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,9 @@ from ..validation import AnyOf, IsCallable, NonNegative, Positive, Real, validat
 _DECAY_RATE = Annotated[float, Real(0.0, 1.0, high_open=True)]
 
 __all__ = ["AdamW"]
+
+#: AdamW's state: ``(step, (params, m, v))``, each of the three a dict by param name
+AdamWState = tuple[jax.Array, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]
 
 
 class AdamW(Adam):
@@ -38,17 +41,20 @@ class AdamW(Adam):
     @validated
     def __init__(self, step_size: Annotated[Any, AnyOf(Positive.__metadata__[0], IsCallable())],
                  weight_decay: NonNegative = 0.0, b1: _DECAY_RATE = 0.9, b2: _DECAY_RATE = 0.999,
-                 eps: Positive = 1e-8):
+                 eps: Positive = 1e-8) -> None:
         # the parent's jax rule is never used: init, update and get_params below replace it
         super().__init__(1.0, b1=b1, b2=b2, eps=eps)
         self.lr = step_size if callable(step_size) else (lambda name: step_size)
         self.weight_decay, self.b1, self.b2, self.eps = weight_decay, b1, b2, eps
 
-    def init(self, params):
+    def init(self, params: dict[str, Any]) -> AdamWState:
+        """The state ``(0, (params, m = 0, v = 0))`` for ``params`` ``{name: array or pytree}``."""
         zeros = jax.tree.map(jnp.zeros_like, params)
         return jnp.array(0), (params, zeros, zeros)
 
-    def update(self, g, state, value=None):
+    def update(self, g: dict[str, Any], state: AdamWState, value: Optional[jax.Array] = None) -> AdamWState:
+        """One AdamW step with the gradients ``g`` (a dict like the params): the rule of the class docstring.
+        ``value`` (the loss, passed by ``eval_and_update``) is unused."""
         i, (params, m, v) = state
         b1, b2, eps, weight_decay = self.b1, self.b2, self.eps, self.weight_decay
         m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
@@ -63,5 +69,6 @@ class AdamW(Adam):
                 params[name], m_hat, v_hat)
         return i + 1, (new, m, v)
 
-    def get_params(self, state):
+    def get_params(self, state: AdamWState) -> dict[str, Any]:
+        """The params ``{name: array or pytree}`` held in ``state``."""
         return state[1][0]

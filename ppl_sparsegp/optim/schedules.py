@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import jax
 import jax.numpy as jnp
 
 from ..validation import ArrayOf, Count, NonNegative, validated
@@ -12,7 +13,7 @@ __all__ = ["cyclical_annealing"]
 
 @validated
 def cyclical_annealing(t: Annotated[Any, ArrayOf(read=False)], num_steps: Count, num_cycles: Count = 5,
-                       power: NonNegative = 0.0):
+                       power: NonNegative = 0.0) -> jax.Array:
     r""":math:`\gamma(t) = (\operatorname{mod}(t, T/c)/(T/c))^{s}` [1, §1.3]; ``power=0`` gives γ ≡ 1.
 
     The loss temperature of SVGD's driving term: within each of the c cycles it rises from 0 to nearly 1

@@ -39,6 +39,8 @@ import os
 import sys
 import typing
 import warnings
+from collections.abc import Callable
+from typing import Any, Optional
 
 import numpy as np
 
@@ -150,7 +152,7 @@ def _read_declarations(fn) -> dict:
     return out
 
 
-def declared(fn) -> dict:
+def declared(fn: Callable[..., Any]) -> dict[str, Check]:
     """``{parameter: Check}`` declared on a :func:`validated` callable (a class: its ``__init__``); ``{}``
     for one that is not."""
     target = fn.__init__ if inspect.isclass(fn) else fn
@@ -158,7 +160,8 @@ def declared(fn) -> dict:
     return dict(getattr(target, "__validated__", {}))
 
 
-def check_argument(where: str, name: str, value, check: Check, default=inspect.Parameter.empty):
+def check_argument(where: str, name: str, value: Any, check: Check,
+                   default: Any = inspect.Parameter.empty) -> None:
     """Raise the declared check's error for ``value`` of parameter ``name`` of ``where`` (None: allowed).
     Public so that an argument read later (a header field, an option of a nested call) is judged by the
     same words."""
@@ -217,7 +220,8 @@ def _with_doc_line(doc, where, checks) -> str:
             f"argument outside its range raises :class:`~ppl_sparsegp.validation.InvalidArgument`): {items}.\n")
 
 
-def validated(fn=None, *, forwards_to: str | None = None):
+def validated(fn: Optional[Callable[..., Any]] = None, *,
+              forwards_to: str | None = None) -> Callable[..., Any]:
     """Check the arguments of ``fn`` against the ``Annotated`` declarations in its hints before it runs
     (module docstring). Use as ``@validated`` or ``@validated(forwards_to="model")`` for a function
     whose ``**kwargs`` go to the callable given as its parameter ``forwards_to``.

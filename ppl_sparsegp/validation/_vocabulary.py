@@ -6,6 +6,7 @@ import difflib
 import math
 import os
 import typing
+from typing import Any, Optional
 
 import numpy as np
 
@@ -28,6 +29,10 @@ def _is_traced(value) -> bool:
         return False
 
 
+#: what :meth:`Check.problem` returns: None (allowed) or (the exception class to raise, what is wrong)
+Problem = Optional[tuple[type[InvalidArgument], str]]
+
+
 class Check:
     """One declared constraint. ``problem(value)`` returns None when the value is allowed, else
     ``(exception class, what is wrong)``; ``allowed`` says what is allowed (for messages and docs);
@@ -38,13 +43,13 @@ class Check:
     #: the fix to name after what is allowed (set with :func:`with_fix`); None: "pass <allowed>"
     fix = None
 
-    def problem(self, value):  # pragma: no cover - every check overrides it
+    def problem(self, value: Any) -> Problem:  # pragma: no cover - every check overrides it
         raise NotImplementedError
 
     def bad_values(self) -> list:
         return []
 
-    def example(self):
+    def example(self) -> Any:
         return None
 
     def __repr__(self):
@@ -79,20 +84,20 @@ class Integer(Check):
         named = {(1, None): "a positive integer", (0, None): "a non-negative integer"}.get((low, high))
         self.allowed = named or "an integer" + (f" {bounds}" if bounds else "")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not _is_int(value):
             return WrongArgumentType, f"not an integer ({type(value).__name__})"
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             return InvalidArgument, "out of range"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         out = [1.5, "2", True, None, math.nan]
         out += [self.low - 1] if self.low is not None else []
         out += [self.high + 1] if self.high is not None else []
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return self.low if self.low is not None else (self.high if self.high is not None else 1)
 
 
@@ -122,7 +127,7 @@ class Real(Check):
         else:
             self.allowed = (f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         x = _real(value)
         if x is None:
             return WrongArgumentType, f"not a real number ({type(value).__name__})"
@@ -134,7 +139,7 @@ class Real(Check):
             return InvalidArgument, "out of range"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         out = [math.nan, math.inf, -math.inf, "0.1", None, True]
         for end, is_open, step in ((self.low, self.low_open, -1), (self.high, self.high_open, 1)):
             if end is not None:
@@ -143,7 +148,7 @@ class Real(Check):
             out += []  # huge values are allowed where no upper end is declared
         return out
 
-    def example(self):
+    def example(self) -> Any:
         if self.low is not None and self.high is not None:
             return 0.5 * (self.low + self.high)
         if self.low is not None:
@@ -164,7 +169,7 @@ class OneOf(Check):
         self.strings = all(isinstance(c, str) for c in self.choices)
         self.allowed = "one of " + ", ".join(repr(c) for c in self.choices)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not self.strings:
             ok = not isinstance(value, (bool, np.bool_, str)) and _real(value) in self.choices
             return None if ok else (InvalidArgument, "not one of them")
@@ -175,10 +180,10 @@ class OneOf(Check):
             return InvalidArgument, "not one of them" + (f" (did you mean {close[0]!r}?)" if close else "")
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return ["no such choice", 3, None] if self.strings else [max(self.choices) + 1, "1", None, True]
 
-    def example(self):
+    def example(self) -> Any:
         return self.choices[0]
 
 
@@ -187,13 +192,13 @@ class Boolean(Check):
 
     allowed = "True or False"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if isinstance(value, (bool, np.bool_)) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return ["yes", 2, None]
 
-    def example(self):
+    def example(self) -> Any:
         return True
 
 
@@ -203,8 +208,8 @@ class ArrayOf(Check):
     (``finite=True``). A traced array is checked for its rank only, and so is anything with a ``shape``
     for ``read=False`` (a memory-mapped file of millions of rows is not read to be checked)."""
 
-    def __init__(self, rank=None, shape: tuple | None = None, *, finite: bool = True, read: bool = True,
-                 positive: bool = False, traced: bool = True):
+    def __init__(self, rank: int | tuple[int, ...] | None = None, shape: tuple | None = None, *, finite: bool = True,
+                 read: bool = True, positive: bool = False, traced: bool = True) -> None:
         self.rank = (rank,) if isinstance(rank, int) else rank
         self.shape, self.finite, self.read = shape, finite and read, read
         self.positive, self.traced = positive and read, traced
@@ -214,7 +219,7 @@ class ArrayOf(Check):
         self.allowed = (f"an array{ranks}{trail}" + (" of positive" if positive else " of")
                         + (" finite numbers" if finite else " numbers"))
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if isinstance(value, (str, bytes, dict)) or value is None:
             return WrongArgumentType, f"of type {type(value).__name__}"
         if not self.traced and _is_traced(value):  # a value sampled inside a model: judged by debug_checks
@@ -248,7 +253,7 @@ class ArrayOf(Check):
             shape[rank - len(self.shape):] = [3 if s is None else s for s in self.shape]
         return tuple(shape)
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         good = self._good_shape()
         out = ["an array", None]
         if self.finite:
@@ -259,7 +264,7 @@ class ArrayOf(Check):
             out += [np.zeros(good), -np.ones(good)]
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return np.ones(self._good_shape())
 
 
@@ -268,17 +273,17 @@ class Names(Check):
 
     allowed = "a string or a non-empty list of strings"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if isinstance(value, str):
             return None
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
             return None
         return WrongArgumentType, f"of type {type(value).__name__}"
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [3, [], [1, 2], None]
 
-    def example(self):
+    def example(self) -> Any:
         return "f_v"
 
 
@@ -287,13 +292,13 @@ class IsCallable(Check):
 
     allowed = "a callable"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if callable(value) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [3, "f"]
 
-    def example(self):
+    def example(self) -> Any:
         return lambda *a, **k: None
 
 
@@ -305,7 +310,7 @@ class Key(Check):
         self.allow_int = allow_int
         self.allowed = "a PRNG key (jax.random.PRNGKey(seed))" + (" or an integer seed" if allow_int else "")
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if _is_int(value):
             return None if self.allow_int else (WrongArgumentType, "an int, not a key")
         import jax
@@ -319,10 +324,10 @@ class Key(Check):
             return InvalidArgument, f"an array of {value.dtype} and shape {value.shape}"
         return WrongArgumentType, f"of type {type(value).__name__}"
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [1.5, "0", np.zeros(3)] + ([] if self.allow_int else [0])
 
-    def example(self):
+    def example(self) -> Any:
         import jax
         return 0 if self.allow_int else jax.random.PRNGKey(0)
 
@@ -333,7 +338,7 @@ class Draws(Check):
 
     allowed = "the fit's draws: a dict {site: array (draws, ...)} (mcmc.get_samples()) or its InferenceData"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if hasattr(value, "posterior"):
             return None
         if not isinstance(value, dict):
@@ -341,10 +346,10 @@ class Draws(Check):
         bad = [k for k, v in value.items() if not isinstance(k, str) or isinstance(v, (str, dict)) or v is None]
         return (WrongArgumentType, f"entries {bad[:3]} are not site name: array") if bad else None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [[1.0, 2.0], 3, {"a": "b"}]
 
-    def example(self):
+    def example(self) -> Any:
         return {"f_kernel_lengthscale": np.full(3, 0.3)}
 
 
@@ -367,10 +372,10 @@ class InstanceOf(Check):
             out.append(c)
         return tuple(out)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if isinstance(value, self.classes) else (WrongArgumentType, f"of type {type(value).__name__}")
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [v for v in (3, "x", 2.5) if self.problem(v) is not None]
 
 
@@ -381,13 +386,13 @@ class OrNone(Check):
         self.check = check
         self.allowed = f"None or {check.allowed}"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         return None if value is None else self.check.problem(value)
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         return [v for v in self.check.bad_values() if v is not None]
 
-    def example(self):
+    def example(self) -> Any:
         return None
 
 
@@ -398,18 +403,18 @@ class AnyOf(Check):
         self.checks = checks
         self.allowed = " or ".join(c.allowed for c in checks)
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         problems = [c.problem(value) for c in self.checks]
         if any(p is None for p in problems):
             return None
         kinds = [p[0] for p in problems]
         return (InvalidArgument if InvalidArgument in kinds else WrongArgumentType), problems[0][1]
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         bad = [v for c in self.checks for v in c.bad_values()]
         return [v for v in bad if all(c.problem(v) is not None for c in self.checks)]
 
-    def example(self):
+    def example(self) -> Any:
         return self.checks[0].example()
 
 
@@ -439,7 +444,7 @@ AName = typing.Annotated[str, InstanceOf(str, what="a string (a site name or pre
 Samples = typing.Annotated[typing.Any, Draws()]
 
 
-def Template(rank=(0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read as a type in the hints
+def Template(rank: int | tuple[int, ...] = (0, 1), positive: bool = True) -> AnyOf:  # noqa: N802 - read as a type in the hints
     """A template field: an array of ``rank`` (positive, finite), a NumPyro prior or a
     :class:`~ppl_sparsegp.parameters.Param` (a value sampled inside a model is not judged here: its prior was)."""
     check = AnyOf(ArrayOf(rank=rank, positive=positive, traced=False),
@@ -469,7 +474,7 @@ class SequenceOf(Check):
                 else f"a list or tuple of at least {min_len} items")
         self.allowed = f"{head}, each item {check.allowed}"
 
-    def problem(self, value):
+    def problem(self, value: Any) -> Problem:
         if not isinstance(value, (list, tuple)):
             return WrongArgumentType, f"of type {type(value).__name__}, not a list or tuple"
         if len(value) < self.min_len or (self.length is not None and len(value) != self.length):
@@ -480,7 +485,7 @@ class SequenceOf(Check):
                 return found[0], f"item {i}: {found[1]}"
         return None
 
-    def bad_values(self):
+    def bad_values(self) -> list:
         inner = [v for v in self.check.bad_values() if v is not None and not isinstance(v, (list, tuple))][:2]
         good = self.check.example()
         out = ["no sequence", 3, None] + [[v] * max(1, self.min_len, self.length or 0) for v in inner]
@@ -490,5 +495,5 @@ class SequenceOf(Check):
             out.append([good] * (self.length + 1))
         return out
 
-    def example(self):
+    def example(self) -> Any:
         return [self.check.example()] * max(1, self.min_len, self.length or 0)

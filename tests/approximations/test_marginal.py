@@ -15,7 +15,7 @@ from regression import assert_draws_match_conditional, trend_series
 
 import ppl_sparsegp as psg
 from ppl_sparsegp import Kuf, Kuu, diagnostics
-from ppl_sparsegp.approximations.marginal import MarginalGaussian
+from ppl_sparsegp.approximations import MarginalGaussian
 from ppl_sparsegp.features import FourierFeatures, InducingPoints
 
 jax.config.update("jax_enable_x64", True)
@@ -73,7 +73,7 @@ def test_density_is_the_dense_gaussian_integral_of_the_latent_model_on_both_path
 def test_logdet_and_quadratic_rule_against_autodiff_through_the_factor():
     # the rule's every term (dS in log|S| and in the quadratic form, dB), reverse and forward over reverse,
     # against differentiating jnp.linalg.cholesky; S's diagonal spans 1e6 as VFF's Kuu does
-    from ppl_sparsegp.approximations.marginal import _logdet_and_quadratic
+    from ppl_sparsegp.linalg.woodbury import logdet_and_quadratic as _logdet_and_quadratic
 
     rng = np.random.default_rng(3)
     m = 12

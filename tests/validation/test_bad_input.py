@@ -22,7 +22,7 @@ from regression import assert_refused
 
 import ppl_sparsegp as psg
 from ppl_sparsegp import diagnostics
-from ppl_sparsegp.approximations.marginal import MarginalGaussian
+from ppl_sparsegp.approximations import MarginalGaussian
 from ppl_sparsegp.features import (
     FourierFeatures,
     OutsideDomainWarning,

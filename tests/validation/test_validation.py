@@ -283,7 +283,7 @@ EXEMPT_CHECKERS = {"check_inputs", "check_kernel", "check_dim", "warn_outside", 
 EXEMPT_BUILT_BY_THE_LIBRARY = {
     "ppl_sparsegp.approximations.exact_marginal.ExactMarginalGaussian.__init__":
         "the exact=True site's distribution, built by marginal_spectral_gp from its validated arguments",
-    "ppl_sparsegp.approximations.marginal.MarginalGaussian.__init__":
+    "ppl_sparsegp.approximations.marginal_gaussian.MarginalGaussian.__init__":
         "the site's distribution, built by marginal_spectral_gp from its validated arguments (its shapes "
         "against each other are checked in the body)",
     "ppl_sparsegp.approximations.spectrum.SparseSpectrumNormal.__init__":
