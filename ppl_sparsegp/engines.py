@@ -31,12 +31,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from numpyro.infer import MCMC  # the hints name it (get_type_hints resolves them)
+from numpyro.infer.svi import SVIRunResult
 
 from .approximations.base import GPModel
 from .optim import NaturalGradient
@@ -56,10 +58,6 @@ from .validation import (
     RngKey,
     validated,
 )
-
-if TYPE_CHECKING:
-    from numpyro.infer import MCMC
-    from numpyro.infer.svi import SVIRunResult
 
 #: what fit_svi and fit_nuts run: a model function or an approximation (its .model and .guide)
 _MODEL = AnyOf(IsCallable(), InstanceOf("ppl_sparsegp.approximations.base.GPModel",

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +70,7 @@ from ..covariances import Kuf, Kuu, SufficientStatistics
 from ..features.random_fourier import RandomFourierFeatures, SpectralDensity, sample_frequencies
 from ..kernels import check_inputs
 from ..likelihoods import Gaussian
+from ..linalg import Dense  # the hints name it (get_type_hints resolves them)
 from ..parameters import initial_value, instantiate
 from ..validation import (
     AFeature,
@@ -101,9 +102,6 @@ from .common import (
     require,
     site_names,
 )
-
-if TYPE_CHECKING:
-    from ..linalg import Dense
 
 __all__ = ["ssgp_log_marginal_likelihood", "SparseSpectrumNormal", "SparseSpectrumGP"]
 

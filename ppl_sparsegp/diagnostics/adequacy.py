@@ -3,7 +3,7 @@ posterior draw, and the fix when too much."""
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import jax
 import jax.numpy as jnp
@@ -24,10 +24,8 @@ from ..validation import (
     Tolerance,
     validated,
 )
+from ._arviz import az  # the hints name it (get_type_hints resolves them)
 from .prediction import _thin, check_chain_grouping, check_draw_counts, posterior_samples, svi_params
-
-if TYPE_CHECKING:
-    from ._arviz import az
 
 __all__ = ["adequacy", "add_adequacy"]
 

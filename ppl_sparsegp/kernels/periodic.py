@@ -78,6 +78,9 @@ class Periodic(Kernel):
         z_max = 1.0 / float(self.lengthscale) ** 2 if is_concrete(self.lengthscale) else 100.0
         num = int(num)
         J = num + 16 + int(math.ceil(z_max))
+        if is_concrete(self.lengthscale) and is_concrete(self.variance):  # NumPy: no program per (ℓ, J)
+            q = _miller_coefficients(float(self.lengthscale), J, num) * np.asarray(self.variance, dtype=float)
+            return jnp.asarray(q, dtype=jnp.result_type(self.lengthscale, self.variance, float))
         z = 1.0 / jnp.asarray(self.lengthscale, dtype=jnp.result_type(self.lengthscale, float)) ** 2
 
         def step(r, j):
@@ -88,3 +91,16 @@ class Periodic(Kernel):
         rho = jnp.cumprod(r[::-1])                       # I_j / I_0, j = 1 … J
         q0 = 1.0 / (1.0 + 2.0 * jnp.sum(rho))            # e^{-z} I_0(z)
         return self.variance * jnp.concatenate([q0[None], 2.0 * q0 * rho[: num - 1]])
+
+
+def _miller_coefficients(lengthscale: float, J: int, num: int) -> np.ndarray:
+    """``Periodic.fourier_coefficients / σ²`` for a concrete ℓ, in NumPy (the same backward recurrence): a
+    fixed lengthscale costs no XLA program (J, which sets the scan's length, changes with ℓ)."""
+    z = 1.0 / lengthscale**2
+    r, ratios = 0.0, np.empty(J)
+    for i, j in enumerate(range(J, 0, -1)):
+        r = 1.0 / (2.0 * j / z + r)
+        ratios[i] = r
+    rho = np.cumprod(ratios[::-1])
+    q0 = 1.0 / (1.0 + 2.0 * np.sum(rho))
+    return np.concatenate([[q0], 2.0 * q0 * rho[: num - 1]])
