@@ -87,9 +87,6 @@ from typing import Annotated, Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.scipy.linalg import solve_triangular
-from numpyro.distributions import constraints
-from numpyro.distributions.transforms import biject_to
 from numpyro.infer.elbo import ELBO
 from numpyro.optim import Adam
 
@@ -108,12 +105,9 @@ from ..validation import (
     validated,
     with_fix,
 )
+from . import natural_gradients_algebra as alg
 
 __all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp", "gamma_schedule"]
-
-_TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
-_POS = biject_to(constraints.positive)
-
 
 #: a schedule's step size γ in (0, 1], at least 1e-12: a smaller one underflows (to 0 in float32: the ramp's
 #: log-ratio is then infinite and γ_0 NaN; found by tests/validation/test_validation.py's property test)
@@ -239,80 +233,6 @@ def _sites(target):
     return names
 
 
-def _family(prefix, params):
-    """'full' / 'block' / 'diag' from the q params present (the families of approximations.variational)."""
-    if f"{prefix}_loc" not in params:
-        raise ValueError(f"NaturalGradient: no param {prefix}_loc: the guide has no q over site {prefix!r} "
-                         f"(params: {sorted(params)}); pass the model whose guide SVI runs")
-    if f"{prefix}_scale_tril" in params:  # unconstrained: (M(M+1)/2,) full, (T, m(m+1)/2) equal blocks
-        return "full" if jnp.ndim(params[f"{prefix}_scale_tril"]) == 1 else "block"
-    if f"{prefix}_scale" in params:
-        return "diag"
-    raise ValueError(f"NaturalGradient: q over {prefix!r} is not a full, diagonal or equal-block "
-                     f"block-diagonal Gaussian (params {sorted(k for k in params if k.startswith(prefix))}); "
-                     f"a two-Kronecker q or unequal blocks have no natural-parameter step: use "
-                     f"q_cov='full' or 'diag', or Adam (--optimizer adam)")
-
-
-# --- (m, S) <-> unconstrained params, and the step, per family --------------------------------------
-def _moments(family, prefix, params):
-    """(m, factor): factor L (lower, (..., M, M)) for full/block, the scale s (M,) for diag."""
-    m = params[f"{prefix}_loc"]
-    if family == "diag":
-        return m, _POS(params[f"{prefix}_scale"])
-    L = _TRIL(params[f"{prefix}_scale_tril"])
-    return (m if family == "full" else m.reshape(L.shape[:-1])), L
-
-
-def _eta(family, m, F):
-    """Expectation parameters (m, S + mmᵀ) (diag: (m, s² + m²))."""
-    if family == "diag":
-        return m, F**2 + m**2
-    return m, F @ jnp.swapaxes(F, -1, -2) + m[..., :, None] * m[..., None, :]
-
-
-def _params_from_eta(family, prefix, eta):
-    """Unconstrained q params at the expectation parameters η (differentiable)."""
-    m, e2 = eta
-    if family == "diag":
-        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(jnp.sqrt(e2 - m**2))}
-    S = e2 - m[..., :, None] * m[..., None, :]
-    L = jnp.linalg.cholesky(0.5 * (S + jnp.swapaxes(S, -1, -2)))
-    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(L)}
-
-
-def _chol_solve(Lc, b):
-    return solve_triangular(jnp.swapaxes(Lc, -1, -2), solve_triangular(Lc, b, lower=True), lower=False)
-
-
-def _natural_step(family, m, F, g1, g2, gamma):
-    r"""One step in θ with the ELBO's gradient (g1, g2) in η: returns (m_new, F_new, ok)."""
-    if family == "diag":
-        prec = 1.0 / F**2
-        prec_new = prec - 2.0 * gamma * g2                            # θ₂ ← θ₂ + γ ∂L/∂η₂
-        theta1 = prec * m + gamma * g1                                # θ₁ ← θ₁ + γ ∂L/∂η₁
-        ok = jnp.all(prec_new > 0)
-        prec_new = jnp.where(ok, prec_new, prec)
-        return theta1 / prec_new, jnp.sqrt(1.0 / prec_new), ok
-    eye = jnp.broadcast_to(jnp.eye(F.shape[-1], dtype=F.dtype), F.shape)
-    Finv = solve_triangular(F, eye, lower=True)                       # L⁻¹
-    prec = jnp.swapaxes(Finv, -1, -2) @ Finv                          # S⁻¹ = L⁻ᵀL⁻¹
-    g2 = 0.5 * (g2 + jnp.swapaxes(g2, -1, -2))
-    prec_new = prec - 2.0 * gamma * g2
-    theta1 = (prec @ m[..., None])[..., 0] + gamma * g1
-    Lp = jnp.linalg.cholesky(prec_new)                                # the full q's own factor
-    m_new = _chol_solve(Lp, theta1[..., None])[..., 0]
-    F_new = jnp.linalg.cholesky(_chol_solve(Lp, eye))                 # chol(S_new)
-    ok = jnp.all(jnp.isfinite(Lp)) & jnp.all(jnp.isfinite(F_new)) & jnp.all(jnp.isfinite(m_new))
-    return m_new, F_new, ok
-
-
-def _to_params(family, prefix, m, F):
-    if family == "diag":
-        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(F)}
-    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
-
-
 _SITES_FIX = ("pass the SparseGP whose guide SVI runs, or its inducing site name(s) (e.g. 'f_v'); a CollapsedGP "
               "integrates q(u) out, so it has no q(u) to step: fit its hyperparameters with map_lbfgs or Adam")
 
@@ -333,6 +253,13 @@ def _check_schedule(gamma):
             raise ValueError(f"NaturalGradient: the gamma schedule gives γ = {value:g} at step {step}, outside (0, 1]: "
                              "a γ ≤ 0 rejects every natural-gradient step (q(u) never moves) and a γ > 1 overshoots "
                              "it; give a schedule in (0, 1] (gamma_ramp(), gamma_schedule()) or a number in (0, 1]")
+
+
+def _rest_value_and_grad(fn, rest, q):
+    """``((loss, aux), gradient in rest)`` of ``fn`` at ``{**rest, **q}`` (gradient None without rest)."""
+    if not rest:
+        return fn(q), None
+    return jax.value_and_grad(lambda r: fn({**r, **q}), has_aux=True)(rest)
 
 
 class NaturalGradient(NumPyroOptim):
@@ -405,11 +332,16 @@ class NaturalGradient(NumPyroOptim):
                 {k: v for k, v in params.items() if k not in qnames})
 
     def init(self, params):
-        """State ``(step, (inner state, q params, {t, scale, rejected}))`` for the unconstrained params."""
+        """State ``(step, (inner state, q params, {t, scale, rejected, halvings}))`` for the unconstrained
+        params; every array of it strongly typed, as :meth:`eval_and_update` returns it (so a jitted
+        ``svi.update`` compiles once)."""
         q, rest = self._split(params)
         for p in self.prefixes:
-            _family(p, q)
-        ng = {"t": jnp.array(0), "scale": jnp.array(1.0), "rejected": jnp.array(0), "halvings": jnp.array(0)}
+            alg.family(p, q)
+        integer, real = jnp.result_type(int), jnp.result_type(float)
+        ng = {"t": jnp.zeros((), integer), "scale": jnp.ones((), real), "rejected": jnp.zeros((), integer),
+              "halvings": jnp.zeros((), integer)}
+        q = jax.tree.map(lambda a: jnp.asarray(a, jnp.result_type(a)), q)  # strong: the step returns it so
         return jnp.array(0), (self.inner.init(rest), q, ng)
 
     def get_params(self, state):
@@ -433,72 +365,75 @@ class NaturalGradient(NumPyroOptim):
         return int(state[1][2]["halvings"])
 
     def _q_step(self, fn, rest, q, ng):
-        """The natural-gradient step for every q site at the other params ``rest``."""
-        fams = {p: _family(p, q) for p in self.prefixes}
-        moments = {p: _moments(fams[p], p, q) for p in self.prefixes}
-        etas = {p: _eta(fams[p], *moments[p]) for p in self.prefixes}
+        """The natural-gradient step for every q site at the other params ``rest``, then the loss and the
+        gradient in ``rest`` at the new q: ``(q_new, ng, ((loss, aux), grads))`` (grads None without rest)."""
+        fams = {p: alg.family(p, q) for p in self.prefixes}
+        moments = {p: alg.moments(fams[p], p, q) for p in self.prefixes}
 
-        def loss_of_eta(etas):
+        def loss_of_moments(moments):
             qp = {}
             for p in self.prefixes:
-                qp.update(_params_from_eta(fams[p], p, etas[p]))
+                qp.update(alg.to_params(fams[p], p, *moments[p]))
             return fn({**rest, **qp})
 
-        (loss, _), g = jax.value_and_grad(loss_of_eta, has_aux=True)(etas)
+        (loss, _), g = jax.value_and_grad(loss_of_moments, has_aux=True)(moments)  # one gradient in (m, L)
+        dirs = {p: alg.direction(fams[p], *moments[p], *g[p]) for p in self.prefixes}
 
         def candidate(gamma):
             new, ok = {}, jnp.isfinite(loss)
             for p in self.prefixes:
-                m_new, F_new, ok_p = _natural_step(fams[p], *moments[p], -g[p][0], -g[p][1], gamma)
-                new.update(_to_params(fams[p], p, m_new, F_new))
+                m_new, F_new, ok_p = alg.step(fams[p], *moments[p], dirs[p], gamma)
+                new.update(alg.to_params(fams[p], p, m_new, F_new))
                 ok = ok & ok_p
-            return new, ok
+            return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q), ok  # rejected: q stays
 
         gamma = self.gamma(ng["t"]) * ng["scale"]
         if self.line_search:
             return self._searched_step(fn, rest, q, ng, loss, candidate, gamma)
         new, ok = candidate(gamma)
-        new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)  # the safeguard: reject, keep q
         ng = {**ng, "t": ng["t"] + 1, "scale": jnp.where(ok, ng["scale"], 0.5 * ng["scale"]),
               "rejected": ng["rejected"] + jnp.where(ok, 0, 1)}
-        return new, ng
+        return new, ng, _rest_value_and_grad(fn, rest, new)
 
     def _searched_step(self, fn, rest, q, ng, loss, candidate, gamma):
         """The backtracking acceptance (module docstring): halve γ until the step's loss does not rise
-        (within round-off) and the precision is positive definite; none in ``max_halvings``: q stays."""
+        (within round-off) and the precision is positive definite; none in ``max_halvings``: q stays.
+        The first trial's evaluation is the inner optimiser's gradient too (kept when it is accepted: no
+        loss or gradient is evaluated twice); later trials evaluate the loss only."""
         tol = 64 * jnp.finfo(jnp.result_type(loss)).eps * (1 + jnp.abs(loss))
 
-        def trial(gamma):
-            new, ok = candidate(gamma)
-            value = fn({**rest, **jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)})[0]
-            return new, ok & jnp.isfinite(value) & (value <= loss + tol)
+        def accepted(value, ok):
+            return ok & jnp.isfinite(value) & (value <= loss + tol)
 
         def halve(carry):
             k, gamma, _, _ = carry
-            new, ok = trial(0.5 * gamma)
-            return k + 1, 0.5 * gamma, new, ok
+            new, ok = candidate(0.5 * gamma)
+            return k + 1, 0.5 * gamma, new, accepted(fn({**rest, **new})[0], ok)
 
-        new, ok = trial(gamma)
+        new, ok = candidate(gamma)
+        first = _rest_value_and_grad(fn, rest, new)
+        ok = accepted(first[0][0], ok)
         k, _, new, ok = lax.while_loop(lambda c: ~c[3] & (c[0] < self.max_halvings), halve,
-                                       (jnp.array(0), gamma, new, ok))
+                                       (jnp.zeros((), ng["halvings"].dtype), gamma, new, ok))
         new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)
+        at_new = lax.cond(k == 0, lambda: first, lambda: _rest_value_and_grad(fn, rest, new))
         scale = ng["scale"] * 0.5 ** k.astype(ng["scale"].dtype)
         scale = jnp.where(ok & (k == 0), jnp.minimum(2.0 * scale, 1.0), scale)  # doubles back after a first-trial step
         ng = {"t": ng["t"] + 1, "scale": scale, "rejected": ng["rejected"] + jnp.where(ok, 0, 1),
               "halvings": ng["halvings"] + k}
-        return new, ng
+        return new, ng, at_new
 
     def eval_and_update(self, fn, state, forward_mode_differentiation=False):
-        """The natural-gradient step for q, then ``optim``'s step on the rest at the new q."""
+        """The natural-gradient step for q, then ``optim``'s step on the rest at the new q. The state
+        returned has the dtypes, weak types and structure of the one given (one compilation)."""
         i, (inner, q, ng) = state
         rest = self.inner.get_params(inner)
-        q, ng = self._q_step(fn, rest, q, ng)
+        q_new, ng_new, ((out, aux), grads) = self._q_step(fn, rest, q, ng)
         if rest:
-            (out, aux), grads = jax.value_and_grad(lambda r: fn({**r, **q}), has_aux=True)(rest)
             inner = self.inner.update(grads, inner, value=out)
-        else:
-            out, aux = fn(q)
-        return (out, aux), (i + 1, (inner, q, ng))
+        q_new, ng_new = (jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new, old)
+                         for new, old in ((q_new, q), (ng_new, ng)))  # strong, as init made them
+        return (out, aux), (i + 1, (inner, q_new, ng_new))
 
     def eval_and_stable_update(self, fn, state, forward_mode_differentiation=False):
         """:meth:`eval_and_update`, keeping the old state (and returning NaN) when the loss is not finite."""
