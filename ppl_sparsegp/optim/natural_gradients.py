@@ -255,6 +255,13 @@ def _check_schedule(gamma):
                              "it; give a schedule in (0, 1] (gamma_ramp(), gamma_schedule()) or a number in (0, 1]")
 
 
+def _strong(tree, like=None):
+    """Every array of ``tree`` strongly typed, with the dtypes of ``like``'s (default its own): the state's
+    types then never change between steps (a weak type or a dtype that moved recompiles a jitted step)."""
+    like = tree if like is None else like
+    return jax.tree.map(lambda a, b: jnp.asarray(a, jnp.asarray(b).dtype), tree, like)
+
+
 def _rest_value_and_grad(fn, rest, q):
     """``((loss, aux), gradient in rest)`` of ``fn`` at ``{**rest, **q}`` (gradient None without rest)."""
     if not rest:
@@ -341,8 +348,7 @@ class NaturalGradient(NumPyroOptim):
         integer, real = jnp.result_type(int), jnp.result_type(float)
         ng = {"t": jnp.zeros((), integer), "scale": jnp.ones((), real), "rejected": jnp.zeros((), integer),
               "halvings": jnp.zeros((), integer)}
-        q = jax.tree.map(lambda a: jnp.asarray(a, jnp.result_type(a)), q)  # strong: the step returns it so
-        return jnp.array(0), (self.inner.init(rest), q, ng)
+        return _strong((jnp.array(0), (self.inner.init(rest), q, ng)))  # as the step returns it
 
     def get_params(self, state):
         _, (inner, q, _) = state
@@ -431,9 +437,7 @@ class NaturalGradient(NumPyroOptim):
         q_new, ng_new, ((out, aux), grads) = self._q_step(fn, rest, q, ng)
         if rest:
             inner = self.inner.update(grads, inner, value=out)
-        q_new, ng_new = (jax.tree.map(lambda a, b: jnp.asarray(a, b.dtype), new, old)
-                         for new, old in ((q_new, q), (ng_new, ng)))  # strong, as init made them
-        return (out, aux), (i + 1, (inner, q_new, ng_new))
+        return (out, aux), _strong((i + 1, (inner, q_new, ng_new)), like=state)  # as init made it
 
     def eval_and_stable_update(self, fn, state, forward_mode_differentiation=False):
         """:meth:`eval_and_update`, keeping the old state (and returning NaN) when the loss is not finite."""
