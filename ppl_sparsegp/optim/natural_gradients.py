@@ -19,9 +19,11 @@ the natural gradient with respect to θ is the ordinary gradient with respect to
     S_{new}^{-1} = S^{-1} - 2\gamma\,\mathrm{sym}(\partial\mathcal L/\partial\eta_2), \qquad
     S_{new}^{-1}m_{new} = S^{-1}m + \gamma\,\partial\mathcal L/\partial\eta_1 .
 
-:math:`\partial\mathcal L/\partial\eta` is one reverse-mode pass through the loss written in (m, S) (the
-cost of one ordinary gradient); then one Cholesky of the new precision (full q: M³/3, the full q's own
-factor; block-diagonal q: one per block, batched; mean-field q: O(M)). Nothing here touches Kuu: its
+:math:`\partial\mathcal L/\partial\eta` follows from one reverse-mode pass through the loss in (m, L),
+L = chol S (the cost of one ordinary gradient), by the Cholesky map's derivative, with no factorisation;
+then per trial γ one Cholesky of an M × M matrix (full q: M³/3; block-diagonal q: one per block,
+batched; mean-field q: O(M)), one triangular inverse and one product of triangular factors
+(``optim/natural_gradients_algebra.py``). Nothing here touches Kuu: its
 structure is used by the loss (a diagonal Kuu costs no M³ there).
 
 **Families.** Full (``q_cov="full"``), mean field (``"diag"``: per coordinate θ₁ = m/s², θ₂ = −1/(2s²)) and
@@ -59,16 +61,20 @@ stays and the step counts as rejected). The halved factor is kept for the next s
 (towards the schedule's γ) after each step accepted at its first trial. So the loss of every q step is
 non-increasing whatever the family and likelihood; on a quadratic it converges (each accepted step is a
 descent step of a contraction factor < 1 for the current direction), and for a full q with a Gaussian
-likelihood the first trial (γ = 1) is always kept: the exact one-step optimum, as before. Cost: one
-forward evaluation of the loss per trial (≈ a third of a gradient; one trial per step once the factor
-settles). An explicit ``gamma`` takes the given steps as they are (``line_search=False`` unless asked);
+likelihood the first trial (γ = 1) is always kept: the exact one-step optimum, as before. Cost: the
+first trial's evaluation is the inner optimiser's loss and gradient at the new q (kept when the trial
+is, so an accepted first trial costs nothing more); each later trial one forward evaluation of the loss
+(≈ a third of a gradient), and the inner gradient is then taken at the q accepted. An explicit ``gamma``
+takes the given steps as they are (``line_search=False`` unless asked);
 :func:`~ppl_sparsegp.engines.fit_svi` stops such a run when its loss diverges. Not covered: the
 two-Kronecker q (no natural parameters, below): Adam.
 
 **Alternation.** Each ``SVI`` step first takes the natural-gradient step for q, then one step of the
 inner optimiser (default ``Adam(0.01)``) on every other param (kernel, likelihood, mean, features) with
-the gradient at the new q: two gradient evaluations per step. For a Gaussian likelihood with γ = 1 the
-inner optimiser so follows the gradient of the collapsed bound (q optimal at each step).
+the gradient at the new q: two gradient evaluations per step. The state keeps its types (every array
+strongly typed, as ``init`` makes it), so a jitted ``svi.update`` compiles once. For a Gaussian
+likelihood with γ = 1 the inner optimiser so follows the gradient of the collapsed bound (q optimal at
+each step).
 
 References:
     1. Hensman, Fusi, Lawrence (2013), Gaussian processes for big data, UAI.
@@ -82,7 +88,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -119,7 +125,7 @@ _OPTIM = "numpyro.optim._NumPyroOptim"
 
 
 @validated
-def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10):
+def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10) -> Callable:
     r"""The step-size schedule of [2, §4]: γ rises log-linearly from ``start`` to ``end`` over
     ``num_steps`` steps, then stays at ``end``: :math:`\gamma_t = \min(\gamma_{end},
     \gamma_{start}(\gamma_{end}/\gamma_{start})^{t/T})`.
@@ -148,7 +154,7 @@ def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10):
 def gamma_schedule(start: Gamma = 1e-4, peak: Gamma = 0.5, ramp_steps: Annotated[int, NonNegativeInt()] = 5,
                    tau: Annotated[float | None, OrNone(Real(1e-12, None))] = None,
                    kappa: Annotated[float, Real(0.5, 1.0, low_open=True)] = 1.0,
-                   floor: Annotated[float, Real(0.0, 1.0)] = 0.0):
+                   floor: Annotated[float, Real(0.0, 1.0)] = 0.0) -> Callable:
     r"""The step size for natural gradients on **minibatches**: the log-linear ramp of :func:`gamma_ramp`
     to ``peak``, then a Robbins–Monro decay [3, 4], so that the minibatch noise averages out of q(u)
     instead of staying in it (with a constant γ the iterate keeps a noise of variance ∝ γ around the
@@ -338,7 +344,7 @@ class NaturalGradient(NumPyroOptim):
         return ({k: v for k, v in params.items() if k in qnames},
                 {k: v for k, v in params.items() if k not in qnames})
 
-    def init(self, params):
+    def init(self, params: dict) -> tuple:
         """State ``(step, (inner state, q params, {t, scale, rejected, halvings}))`` for the unconstrained
         params; every array of it strongly typed, as :meth:`eval_and_update` returns it (so a jitted
         ``svi.update`` compiles once)."""
@@ -350,11 +356,11 @@ class NaturalGradient(NumPyroOptim):
               "halvings": jnp.zeros((), integer)}
         return _strong((jnp.array(0), (self.inner.init(rest), q, ng)))  # as the step returns it
 
-    def get_params(self, state):
+    def get_params(self, state: tuple) -> dict:
         _, (inner, q, _) = state
         return {**self.inner.get_params(inner), **q}
 
-    def update(self, g, state, value=None):
+    def update(self, g: dict, state: tuple, value: Any = None):
         raise NotImplementedError("NaturalGradient needs the loss, not only its gradient: SVI calls "
                                   "eval_and_update; use svi.update / svi.run")
 
@@ -429,7 +435,7 @@ class NaturalGradient(NumPyroOptim):
               "halvings": ng["halvings"] + k}
         return new, ng, at_new
 
-    def eval_and_update(self, fn, state, forward_mode_differentiation=False):
+    def eval_and_update(self, fn: Callable, state: tuple, forward_mode_differentiation: bool = False) -> tuple:
         """The natural-gradient step for q, then ``optim``'s step on the rest at the new q. The state
         returned has the dtypes, weak types and structure of the one given (one compilation)."""
         i, (inner, q, ng) = state
@@ -439,7 +445,8 @@ class NaturalGradient(NumPyroOptim):
             inner = self.inner.update(grads, inner, value=out)
         return (out, aux), _strong((i + 1, (inner, q_new, ng_new)), like=state)  # as init made it
 
-    def eval_and_stable_update(self, fn, state, forward_mode_differentiation=False):
+    def eval_and_stable_update(self, fn: Callable, state: tuple,
+                               forward_mode_differentiation: bool = False) -> tuple:
         """:meth:`eval_and_update`, keeping the old state (and returning NaN) when the loss is not finite."""
         (out, aux), new = self.eval_and_update(fn, state, forward_mode_differentiation)
         ok = jnp.isfinite(out)
@@ -473,8 +480,9 @@ class AnalyticELBO(ELBO):
         self.gp = gp
 
     @validated
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *,
-                                batch_size: MaybeCount = None, num_data: MaybeCount = None, **kwargs):
+    def loss_with_mutable_state(self, rng_key: Any, param_map: dict, model: Callable, guide: Callable, X: Any,
+                                y: Any, *, batch_size: MaybeCount = None, num_data: MaybeCount = None,
+                                **kwargs: Any) -> dict:
         """The negative ELBO of the SparseGP at ``param_map`` (what ``SVI`` minimises), on a minibatch of
         ``batch_size`` rows (or the rows given, of a set of ``num_data``) scaled by N/B, with
         ``{"loss": value, "mutable_state": None}``.

@@ -27,10 +27,15 @@ Mean-field q: the same per coordinate (O(M)): :math:`\partial\ell/\partial s^2 =
 """
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import solve_triangular
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
+
+__all__: list = []  # helpers of NaturalGradient, not API
 
 _TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
 _POS = biject_to(constraints.positive)
@@ -54,7 +59,7 @@ def family(prefix: str, params: dict) -> str:
                      f"q_cov='full' or 'diag', or Adam (--optimizer adam)")
 
 
-def moments(fam: str, prefix: str, params: dict):
+def moments(fam: str, prefix: str, params: dict) -> tuple:
     """(m, factor) of the q params: the factor L (lower, (..., M, M)) for full/block (m (..., M) alike),
     the scale s (M,) for diag."""
     m = params[f"{prefix}_loc"]
@@ -64,14 +69,14 @@ def moments(fam: str, prefix: str, params: dict):
     return (m if fam == "full" else m.reshape(L.shape[:-1])), L
 
 
-def to_params(fam: str, prefix: str, m, F) -> dict:
+def to_params(fam: str, prefix: str, m: jax.Array, F: jax.Array) -> dict:
     """The unconstrained q params of (m, factor) (differentiable; inverse of :func:`moments`)."""
     if fam == "diag":
         return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(F)}
     return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
 
 
-def direction(fam: str, m, F, g_m, g_F):
+def direction(fam: str, m: jax.Array, F: jax.Array, g_m: jax.Array, g_F: jax.Array) -> tuple:
     """What every trial γ of one step shares, from the loss' gradient (g_m, g_F) in (m, factor): full and
     block: (C, Lᵀḡ_m) (module docstring); diag: the precision and the loss' gradient in η."""
     if fam == "diag":
@@ -83,7 +88,7 @@ def direction(fam: str, m, F, g_m, g_F):
     return C, (jnp.swapaxes(F, -1, -2) @ g_m[..., None])[..., 0]
 
 
-def step(fam: str, m, F, d, gamma):
+def step(fam: str, m: jax.Array, F: jax.Array, d: tuple, gamma: Any) -> tuple:
     """The step of size γ along :func:`direction`'s ``d``: (m_new, factor_new, ok), ok False where the new
     precision is not positive definite (then the values are not to be used)."""
     if fam == "diag":
