@@ -179,7 +179,7 @@ class SparseSpectrumNormal(Distribution):
 
     @classmethod
     def tree_unflatten(cls, aux_data: None, params: tuple[jax.Array, jax.Array, jax.Array]) -> SparseSpectrumNormal:
-        """Rebuild from :meth:`tree_flatten`'s (loc (N,), diag (N,), W (K, N)) (jax.tree_util's protocol)."""
+        """Rebuild from ``tree_flatten``'s (loc (N,), diag (N,), W (K, N)) (jax.tree_util's protocol)."""
         return cls(*params)
 
 

@@ -19,9 +19,11 @@ the natural gradient with respect to θ is the ordinary gradient with respect to
     S_{new}^{-1} = S^{-1} - 2\gamma\,\mathrm{sym}(\partial\mathcal L/\partial\eta_2), \qquad
     S_{new}^{-1}m_{new} = S^{-1}m + \gamma\,\partial\mathcal L/\partial\eta_1 .
 
-:math:`\partial\mathcal L/\partial\eta` is one reverse-mode pass through the loss written in (m, S) (the
-cost of one ordinary gradient); then one Cholesky of the new precision (full q: M³/3, the full q's own
-factor; block-diagonal q: one per block, batched; mean-field q: O(M)). Nothing here touches Kuu: its
+:math:`\partial\mathcal L/\partial\eta` follows from one reverse-mode pass through the loss in (m, L),
+L = chol S (the cost of one ordinary gradient), by the Cholesky map's derivative, with no factorisation;
+then per trial γ one Cholesky of an M × M matrix (full q: M³/3; block-diagonal q: one per block,
+batched; mean-field q: O(M)), one triangular inverse and one product of triangular factors
+(``optim/natural_gradients_algebra.py``). Nothing here touches Kuu: its
 structure is used by the loss (a diagonal Kuu costs no M³ there).
 
 **Families.** Full (``q_cov="full"``), mean field (``"diag"``: per coordinate θ₁ = m/s², θ₂ = −1/(2s²)) and
@@ -59,16 +61,20 @@ stays and the step counts as rejected). The halved factor is kept for the next s
 (towards the schedule's γ) after each step accepted at its first trial. So the loss of every q step is
 non-increasing whatever the family and likelihood; on a quadratic it converges (each accepted step is a
 descent step of a contraction factor < 1 for the current direction), and for a full q with a Gaussian
-likelihood the first trial (γ = 1) is always kept: the exact one-step optimum, as before. Cost: one
-forward evaluation of the loss per trial (≈ a third of a gradient; one trial per step once the factor
-settles). An explicit ``gamma`` takes the given steps as they are (``line_search=False`` unless asked);
+likelihood the first trial (γ = 1) is always kept: the exact one-step optimum, as before. Cost: the
+first trial's evaluation is the inner optimiser's loss and gradient at the new q (kept when the trial
+is, so an accepted first trial costs nothing more); each later trial one forward evaluation of the loss
+(≈ a third of a gradient), and the inner gradient is then taken at the q accepted. An explicit ``gamma``
+takes the given steps as they are (``line_search=False`` unless asked);
 :func:`~ppl_sparsegp.engines.fit_svi` stops such a run when its loss diverges. Not covered: the
 two-Kronecker q (no natural parameters, below): Adam.
 
 **Alternation.** Each ``SVI`` step first takes the natural-gradient step for q, then one step of the
 inner optimiser (default ``Adam(0.01)``) on every other param (kernel, likelihood, mean, features) with
-the gradient at the new q: two gradient evaluations per step. For a Gaussian likelihood with γ = 1 the
-inner optimiser so follows the gradient of the collapsed bound (q optimal at each step).
+the gradient at the new q: two gradient evaluations per step. The state keeps its types (every array
+strongly typed, as ``init`` makes it), so a jitted ``svi.update`` compiles once. For a Gaussian
+likelihood with γ = 1 the inner optimiser so follows the gradient of the collapsed bound (q optimal at
+each step).
 
 References:
     1. Hensman, Fusi, Lawrence (2013), Gaussian processes for big data, UAI.
@@ -82,14 +88,11 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.scipy.linalg import solve_triangular
-from numpyro.distributions import constraints
-from numpyro.distributions.transforms import biject_to
 from numpyro.infer.elbo import ELBO
 from numpyro.optim import Adam
 
@@ -108,12 +111,9 @@ from ..validation import (
     validated,
     with_fix,
 )
+from . import natural_gradients_algebra as alg
 
 __all__ = ["AnalyticELBO", "NaturalGradient", "gamma_ramp", "gamma_schedule"]
-
-_TRIL = biject_to(constraints.scaled_unit_lower_cholesky)
-_POS = biject_to(constraints.positive)
-
 
 #: a schedule's step size γ in (0, 1], at least 1e-12: a smaller one underflows (to 0 in float32: the ramp's
 #: log-ratio is then infinite and γ_0 NaN; found by tests/validation/test_validation.py's property test)
@@ -125,7 +125,7 @@ _OPTIM = "numpyro.optim._NumPyroOptim"
 
 
 @validated
-def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10):
+def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10) -> Callable:
     r"""The step-size schedule of [2, §4]: γ rises log-linearly from ``start`` to ``end`` over
     ``num_steps`` steps, then stays at ``end``: :math:`\gamma_t = \min(\gamma_{end},
     \gamma_{start}(\gamma_{end}/\gamma_{start})^{t/T})`.
@@ -154,7 +154,7 @@ def gamma_ramp(start: Gamma = 1e-4, end: Gamma = 0.1, num_steps: Count = 10):
 def gamma_schedule(start: Gamma = 1e-4, peak: Gamma = 0.5, ramp_steps: Annotated[int, NonNegativeInt()] = 5,
                    tau: Annotated[float | None, OrNone(Real(1e-12, None))] = None,
                    kappa: Annotated[float, Real(0.5, 1.0, low_open=True)] = 1.0,
-                   floor: Annotated[float, Real(0.0, 1.0)] = 0.0):
+                   floor: Annotated[float, Real(0.0, 1.0)] = 0.0) -> Callable:
     r"""The step size for natural gradients on **minibatches**: the log-linear ramp of :func:`gamma_ramp`
     to ``peak``, then a Robbins–Monro decay [3, 4], so that the minibatch noise averages out of q(u)
     instead of staying in it (with a constant γ the iterate keeps a noise of variance ∝ γ around the
@@ -239,80 +239,6 @@ def _sites(target):
     return names
 
 
-def _family(prefix, params):
-    """'full' / 'block' / 'diag' from the q params present (the families of approximations.variational)."""
-    if f"{prefix}_loc" not in params:
-        raise ValueError(f"NaturalGradient: no param {prefix}_loc: the guide has no q over site {prefix!r} "
-                         f"(params: {sorted(params)}); pass the model whose guide SVI runs")
-    if f"{prefix}_scale_tril" in params:  # unconstrained: (M(M+1)/2,) full, (T, m(m+1)/2) equal blocks
-        return "full" if jnp.ndim(params[f"{prefix}_scale_tril"]) == 1 else "block"
-    if f"{prefix}_scale" in params:
-        return "diag"
-    raise ValueError(f"NaturalGradient: q over {prefix!r} is not a full, diagonal or equal-block "
-                     f"block-diagonal Gaussian (params {sorted(k for k in params if k.startswith(prefix))}); "
-                     f"a two-Kronecker q or unequal blocks have no natural-parameter step: use "
-                     f"q_cov='full' or 'diag', or Adam (--optimizer adam)")
-
-
-# --- (m, S) <-> unconstrained params, and the step, per family --------------------------------------
-def _moments(family, prefix, params):
-    """(m, factor): factor L (lower, (..., M, M)) for full/block, the scale s (M,) for diag."""
-    m = params[f"{prefix}_loc"]
-    if family == "diag":
-        return m, _POS(params[f"{prefix}_scale"])
-    L = _TRIL(params[f"{prefix}_scale_tril"])
-    return (m if family == "full" else m.reshape(L.shape[:-1])), L
-
-
-def _eta(family, m, F):
-    """Expectation parameters (m, S + mmᵀ) (diag: (m, s² + m²))."""
-    if family == "diag":
-        return m, F**2 + m**2
-    return m, F @ jnp.swapaxes(F, -1, -2) + m[..., :, None] * m[..., None, :]
-
-
-def _params_from_eta(family, prefix, eta):
-    """Unconstrained q params at the expectation parameters η (differentiable)."""
-    m, e2 = eta
-    if family == "diag":
-        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(jnp.sqrt(e2 - m**2))}
-    S = e2 - m[..., :, None] * m[..., None, :]
-    L = jnp.linalg.cholesky(0.5 * (S + jnp.swapaxes(S, -1, -2)))
-    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(L)}
-
-
-def _chol_solve(Lc, b):
-    return solve_triangular(jnp.swapaxes(Lc, -1, -2), solve_triangular(Lc, b, lower=True), lower=False)
-
-
-def _natural_step(family, m, F, g1, g2, gamma):
-    r"""One step in θ with the ELBO's gradient (g1, g2) in η: returns (m_new, F_new, ok)."""
-    if family == "diag":
-        prec = 1.0 / F**2
-        prec_new = prec - 2.0 * gamma * g2                            # θ₂ ← θ₂ + γ ∂L/∂η₂
-        theta1 = prec * m + gamma * g1                                # θ₁ ← θ₁ + γ ∂L/∂η₁
-        ok = jnp.all(prec_new > 0)
-        prec_new = jnp.where(ok, prec_new, prec)
-        return theta1 / prec_new, jnp.sqrt(1.0 / prec_new), ok
-    eye = jnp.broadcast_to(jnp.eye(F.shape[-1], dtype=F.dtype), F.shape)
-    Finv = solve_triangular(F, eye, lower=True)                       # L⁻¹
-    prec = jnp.swapaxes(Finv, -1, -2) @ Finv                          # S⁻¹ = L⁻ᵀL⁻¹
-    g2 = 0.5 * (g2 + jnp.swapaxes(g2, -1, -2))
-    prec_new = prec - 2.0 * gamma * g2
-    theta1 = (prec @ m[..., None])[..., 0] + gamma * g1
-    Lp = jnp.linalg.cholesky(prec_new)                                # the full q's own factor
-    m_new = _chol_solve(Lp, theta1[..., None])[..., 0]
-    F_new = jnp.linalg.cholesky(_chol_solve(Lp, eye))                 # chol(S_new)
-    ok = jnp.all(jnp.isfinite(Lp)) & jnp.all(jnp.isfinite(F_new)) & jnp.all(jnp.isfinite(m_new))
-    return m_new, F_new, ok
-
-
-def _to_params(family, prefix, m, F):
-    if family == "diag":
-        return {f"{prefix}_loc": m, f"{prefix}_scale": _POS.inv(F)}
-    return {f"{prefix}_loc": m.reshape(-1), f"{prefix}_scale_tril": _TRIL.inv(F)}
-
-
 _SITES_FIX = ("pass the SparseGP whose guide SVI runs, or its inducing site name(s) (e.g. 'f_v'); a CollapsedGP "
               "integrates q(u) out, so it has no q(u) to step: fit its hyperparameters with map_lbfgs or Adam")
 
@@ -333,6 +259,20 @@ def _check_schedule(gamma):
             raise ValueError(f"NaturalGradient: the gamma schedule gives γ = {value:g} at step {step}, outside (0, 1]: "
                              "a γ ≤ 0 rejects every natural-gradient step (q(u) never moves) and a γ > 1 overshoots "
                              "it; give a schedule in (0, 1] (gamma_ramp(), gamma_schedule()) or a number in (0, 1]")
+
+
+def _strong(tree, like=None):
+    """Every array of ``tree`` strongly typed, with the dtypes of ``like``'s (default its own): the state's
+    types then never change between steps (a weak type or a dtype that moved recompiles a jitted step)."""
+    like = tree if like is None else like
+    return jax.tree.map(lambda a, b: jnp.asarray(a, jnp.asarray(b).dtype), tree, like)
+
+
+def _rest_value_and_grad(fn, rest, q):
+    """``((loss, aux), gradient in rest)`` of ``fn`` at ``{**rest, **q}`` (gradient None without rest)."""
+    if not rest:
+        return fn(q), None
+    return jax.value_and_grad(lambda r: fn({**r, **q}), has_aux=True)(rest)
 
 
 class NaturalGradient(NumPyroOptim):
@@ -404,19 +344,23 @@ class NaturalGradient(NumPyroOptim):
         return ({k: v for k, v in params.items() if k in qnames},
                 {k: v for k, v in params.items() if k not in qnames})
 
-    def init(self, params):
-        """State ``(step, (inner state, q params, {t, scale, rejected}))`` for the unconstrained params."""
+    def init(self, params: dict) -> tuple:
+        """State ``(step, (inner state, q params, {t, scale, rejected, halvings}))`` for the unconstrained
+        params; every array of it strongly typed, as :meth:`eval_and_update` returns it (so a jitted
+        ``svi.update`` compiles once)."""
         q, rest = self._split(params)
         for p in self.prefixes:
-            _family(p, q)
-        ng = {"t": jnp.array(0), "scale": jnp.array(1.0), "rejected": jnp.array(0), "halvings": jnp.array(0)}
-        return jnp.array(0), (self.inner.init(rest), q, ng)
+            alg.family(p, q)
+        integer, real = jnp.result_type(int), jnp.result_type(float)
+        ng = {"t": jnp.zeros((), integer), "scale": jnp.ones((), real), "rejected": jnp.zeros((), integer),
+              "halvings": jnp.zeros((), integer)}
+        return _strong((jnp.array(0), (self.inner.init(rest), q, ng)))  # as the step returns it
 
-    def get_params(self, state):
+    def get_params(self, state: tuple) -> dict:
         _, (inner, q, _) = state
         return {**self.inner.get_params(inner), **q}
 
-    def update(self, g, state, value=None):
+    def update(self, g: dict, state: tuple, value: Any = None):
         raise NotImplementedError("NaturalGradient needs the loss, not only its gradient: SVI calls "
                                   "eval_and_update; use svi.update / svi.run")
 
@@ -433,74 +377,76 @@ class NaturalGradient(NumPyroOptim):
         return int(state[1][2]["halvings"])
 
     def _q_step(self, fn, rest, q, ng):
-        """The natural-gradient step for every q site at the other params ``rest``."""
-        fams = {p: _family(p, q) for p in self.prefixes}
-        moments = {p: _moments(fams[p], p, q) for p in self.prefixes}
-        etas = {p: _eta(fams[p], *moments[p]) for p in self.prefixes}
+        """The natural-gradient step for every q site at the other params ``rest``, then the loss and the
+        gradient in ``rest`` at the new q: ``(q_new, ng, ((loss, aux), grads))`` (grads None without rest)."""
+        fams = {p: alg.family(p, q) for p in self.prefixes}
+        moments = {p: alg.moments(fams[p], p, q) for p in self.prefixes}
 
-        def loss_of_eta(etas):
+        def loss_of_moments(moments):
             qp = {}
             for p in self.prefixes:
-                qp.update(_params_from_eta(fams[p], p, etas[p]))
+                qp.update(alg.to_params(fams[p], p, *moments[p]))
             return fn({**rest, **qp})
 
-        (loss, _), g = jax.value_and_grad(loss_of_eta, has_aux=True)(etas)
+        (loss, _), g = jax.value_and_grad(loss_of_moments, has_aux=True)(moments)  # one gradient in (m, L)
+        dirs = {p: alg.direction(fams[p], *moments[p], *g[p]) for p in self.prefixes}
 
         def candidate(gamma):
             new, ok = {}, jnp.isfinite(loss)
             for p in self.prefixes:
-                m_new, F_new, ok_p = _natural_step(fams[p], *moments[p], -g[p][0], -g[p][1], gamma)
-                new.update(_to_params(fams[p], p, m_new, F_new))
+                m_new, F_new, ok_p = alg.step(fams[p], *moments[p], dirs[p], gamma)
+                new.update(alg.to_params(fams[p], p, m_new, F_new))
                 ok = ok & ok_p
-            return new, ok
+            return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q), ok  # rejected: q stays
 
         gamma = self.gamma(ng["t"]) * ng["scale"]
         if self.line_search:
             return self._searched_step(fn, rest, q, ng, loss, candidate, gamma)
         new, ok = candidate(gamma)
-        new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)  # the safeguard: reject, keep q
         ng = {**ng, "t": ng["t"] + 1, "scale": jnp.where(ok, ng["scale"], 0.5 * ng["scale"]),
               "rejected": ng["rejected"] + jnp.where(ok, 0, 1)}
-        return new, ng
+        return new, ng, _rest_value_and_grad(fn, rest, new)
 
     def _searched_step(self, fn, rest, q, ng, loss, candidate, gamma):
         """The backtracking acceptance (module docstring): halve γ until the step's loss does not rise
-        (within round-off) and the precision is positive definite; none in ``max_halvings``: q stays."""
+        (within round-off) and the precision is positive definite; none in ``max_halvings``: q stays.
+        The first trial's evaluation is the inner optimiser's gradient too (kept when it is accepted: no
+        loss or gradient is evaluated twice); later trials evaluate the loss only."""
         tol = 64 * jnp.finfo(jnp.result_type(loss)).eps * (1 + jnp.abs(loss))
 
-        def trial(gamma):
-            new, ok = candidate(gamma)
-            value = fn({**rest, **jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)})[0]
-            return new, ok & jnp.isfinite(value) & (value <= loss + tol)
+        def accepted(value, ok):
+            return ok & jnp.isfinite(value) & (value <= loss + tol)
 
         def halve(carry):
             k, gamma, _, _ = carry
-            new, ok = trial(0.5 * gamma)
-            return k + 1, 0.5 * gamma, new, ok
+            new, ok = candidate(0.5 * gamma)
+            return k + 1, 0.5 * gamma, new, accepted(fn({**rest, **new})[0], ok)
 
-        new, ok = trial(gamma)
+        new, ok = candidate(gamma)
+        first = _rest_value_and_grad(fn, rest, new)
+        ok = accepted(first[0][0], ok)
         k, _, new, ok = lax.while_loop(lambda c: ~c[3] & (c[0] < self.max_halvings), halve,
-                                       (jnp.array(0), gamma, new, ok))
+                                       (jnp.zeros((), ng["halvings"].dtype), gamma, new, ok))
         new = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, q)
+        at_new = lax.cond(k == 0, lambda: first, lambda: _rest_value_and_grad(fn, rest, new))
         scale = ng["scale"] * 0.5 ** k.astype(ng["scale"].dtype)
         scale = jnp.where(ok & (k == 0), jnp.minimum(2.0 * scale, 1.0), scale)  # doubles back after a first-trial step
         ng = {"t": ng["t"] + 1, "scale": scale, "rejected": ng["rejected"] + jnp.where(ok, 0, 1),
               "halvings": ng["halvings"] + k}
-        return new, ng
+        return new, ng, at_new
 
-    def eval_and_update(self, fn, state, forward_mode_differentiation=False):
-        """The natural-gradient step for q, then ``optim``'s step on the rest at the new q."""
+    def eval_and_update(self, fn: Callable, state: tuple, forward_mode_differentiation: bool = False) -> tuple:
+        """The natural-gradient step for q, then ``optim``'s step on the rest at the new q. The state
+        returned has the dtypes, weak types and structure of the one given (one compilation)."""
         i, (inner, q, ng) = state
         rest = self.inner.get_params(inner)
-        q, ng = self._q_step(fn, rest, q, ng)
+        q_new, ng_new, ((out, aux), grads) = self._q_step(fn, rest, q, ng)
         if rest:
-            (out, aux), grads = jax.value_and_grad(lambda r: fn({**r, **q}), has_aux=True)(rest)
             inner = self.inner.update(grads, inner, value=out)
-        else:
-            out, aux = fn(q)
-        return (out, aux), (i + 1, (inner, q, ng))
+        return (out, aux), _strong((i + 1, (inner, q_new, ng_new)), like=state)  # as init made it
 
-    def eval_and_stable_update(self, fn, state, forward_mode_differentiation=False):
+    def eval_and_stable_update(self, fn: Callable, state: tuple,
+                               forward_mode_differentiation: bool = False) -> tuple:
         """:meth:`eval_and_update`, keeping the old state (and returning NaN) when the loss is not finite."""
         (out, aux), new = self.eval_and_update(fn, state, forward_mode_differentiation)
         ok = jnp.isfinite(out)
@@ -534,8 +480,9 @@ class AnalyticELBO(ELBO):
         self.gp = gp
 
     @validated
-    def loss_with_mutable_state(self, rng_key, param_map, model, guide, X, y, *,
-                                batch_size: MaybeCount = None, num_data: MaybeCount = None, **kwargs):
+    def loss_with_mutable_state(self, rng_key: Any, param_map: dict, model: Callable, guide: Callable, X: Any,
+                                y: Any, *, batch_size: MaybeCount = None, num_data: MaybeCount = None,
+                                **kwargs: Any) -> dict:
         """The negative ELBO of the SparseGP at ``param_map`` (what ``SVI`` minimises), on a minibatch of
         ``batch_size`` rows (or the rows given, of a set of ``num_data``) scaled by N/B, with
         ``{"loss": value, "mutable_state": None}``.
