@@ -98,6 +98,7 @@ from ..validation import (
     validated,
     warn_user,
 )
+from . import base as _base
 from .base import (
     FloatDtype,
     InducingFeature,
@@ -350,7 +351,13 @@ class FourierFeatures(InducingFeature):
 
     @validated
     def basis(self, x: Annotated[Any, ArrayOf(rank=1)]):
-        """The basis φ(x) = [1, cos ω_m(x−a), sin ω_m(x−a)] for a vector x: (2M−1, N)."""
+        """The basis φ(x) = [1, cos ω_m(x−a), sin ω_m(x−a)] for a vector x: (2M−1, N). For concrete x of at most
+        ``CONSTANT_KUF_MAX`` entries (where ``constant_kuf`` would evaluate it now) it is computed in NumPy:
+        no XLA program per shape."""
+        if is_concrete(x) and np.shape(x)[0] * self.num_features <= _base.CONSTANT_KUF_MAX:
+            xs = np.asarray(x)
+            t = np.asarray(self.omegas(xs.dtype))[:, None] * (xs[None, :] - self.lower)
+            return jnp.asarray(np.concatenate([np.cos(t), np.sin(t[1:])], axis=0), dtype=xs.dtype)
         w = self.omegas(x.dtype)
         t = w[:, None] * (x[None, :] - self.lower)
         return jnp.concatenate([jnp.cos(t), jnp.sin(t[1:])], axis=0)
