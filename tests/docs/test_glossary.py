@@ -34,7 +34,7 @@ RETIRED = {
 }
 # the names of the glossary's table that the signatures use (each must be on the page)
 ENFORCED = ("noise_scale", "noise_variance", "rng_key", "num_steps", "num_features", "num_frequencies",
-            "max_degree", "max_features")
+            "max_degree", "max_features", "nu")
 
 
 def _public_modules():
