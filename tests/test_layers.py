@@ -214,3 +214,11 @@ def test_the_architecture_page_lists_every_benchmark():
     names = {p.stem for p in (ROOT.parent / "inference" / "benchmarks").glob("*.py")} - {"__init__", "harness"}
     missing = sorted(n for n in names if f"`{n}`" not in listed)
     assert not missing, f"add these benchmarks to the list in docs/architecture.md: {missing}"
+
+
+def test_no_module_of_the_package_is_over_600_lines():
+    """The house's shape (DESIGN.md): one concept per module, none over 600 lines; a module that grows past
+    it is split along a seam (as features/fourier.py into fourier_sizes, saving.py into a package)."""
+    long = {p.relative_to(ROOT).as_posix(): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"split these modules (lines): {long}"
