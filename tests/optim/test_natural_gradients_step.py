@@ -84,7 +84,7 @@ def test_step_equals_the_dense_natural_parameter_update():
     resp. diagonal blocks, as the family's natural parameters hold only those)."""
     start, gamma = _start(), 0.3
     opt = NaturalGradient(["a", "b", "c"], gamma=gamma)
-    _, state = opt.eval_and_update(_loss, opt.init(start))
+    _, state = jax.jit(lambda st: opt.eval_and_update(_loss, st))(opt.init(start))  # as SVI runs it: one program
     new = opt.get_params(state)
     La = np.asarray(TRIL(start["a_scale_tril"]))
     m_ref, S_ref = _dense_step(np.asarray(start["a_loc"]), La @ La.T, "a", gamma)
