@@ -36,7 +36,12 @@ dense M_u × M_u factorisation: only solves with Kuu's operator), O(M_u M_v²) f
 Cholesky, O(N_b M_u) for the basis' mean and variance (mean-field q over U, the default for a diagonal
 Kuu) and O(N_b M_u M_v) for :math:`\mathbf c_f` (one (N_b × M_u)(M_u × M_v) product: the term that
 couples the two parts; it is what the issue's O(N_b (M_u + M_v)) leaves out). A full q over U costs
-O(N_b M_u²) instead; SVGP on M_u + M_v inducing points O((M_u + M_v)³ + N_b (M_u + M_v)²).
+O(N_b M_u²) instead; SVGP on M_u + M_v inducing points O((M_u + M_v)³ + N_b (M_u + M_v)²). U's Kuf itself
+(at the batch and V's points, one call) is the largest term for spherical harmonic features: O((N_b + M_v)
+Σ_n N(d, n)²) for the per-degree inverse factors, not O(N_b M_u). Measured on kin8nm (M_u = 1 782,
+Σ_n N(d, n)² = 1.49·10⁶, N_b = 512, M_v = 128, one core, float64): 19 ms for Kuf (1.9 GFLOP) in a 49 ms loss,
+about 56 ms of its 101 ms gradient; the M_u M_v N_b product 5 ms, C_vv 1.3 ms, its Cholesky and the KL
+under 0.1 ms each.
 
 **Which pairs.** V's inducing variables must have a cross-covariance with U's registered in
 :data:`cross_covariance`: for V = :class:`~ppl_sparsegp.features.InducingPoints` (any U)

@@ -132,6 +132,7 @@ from ..validation import (
 from .base import InducingFeature, OutsideDomainWarning, TooManyFeatures, constant_kuf
 from .spherical_harmonics import (
     MAX_HARMONICS_PER_DEGREE,
+    _inverse_factor_product,
     check_degree,
     fundamental_system,
     funk_hecke_coefficients,
@@ -475,13 +476,7 @@ def _gegenbauer_rows(d, degrees, U):
 def _orthonormalise(d, degrees, C, *, both_sides=False):
     """B C with B = blockdiag(L_n⁻¹) over the kept degrees (Eq. (4): Y_n = L_n⁻¹ C_n(V_n x̂)); B C Bᵀ with
     ``both_sides`` (C then (M, M): the statistics' Gram of :func:`_gegenbauer_rows`)."""
-    rows, start = [], 0
-    for n in degrees:
-        Linv = fundamental_system(d, n)[1]
-        stop = start + len(Linv)
-        rows.append(jnp.asarray(Linv, C.dtype) @ C[start:stop])
-        start = stop
-    BC = jnp.concatenate(rows, axis=0)
+    BC = _inverse_factor_product(d, tuple(degrees), C)  # its reverse mode: row-major L_n⁻ᵀ products
     return _orthonormalise(d, degrees, BC.T).T if both_sides else BC
 
 

@@ -116,6 +116,49 @@ def fundamental_system(d: int, n: int):
     return V, Linv
 
 
+def _block_product(d, degrees, C):
+    """blockdiag(L_n⁻¹) C, one plain matmul per degree."""
+    rows, start = [], 0
+    for n in degrees:
+        Linv = fundamental_system(d, n)[1]
+        stop = start + len(Linv)
+        rows.append(jnp.asarray(Linv, C.dtype) @ C[start:stop])
+        start = stop
+    return jnp.concatenate(rows, axis=0)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _inverse_factor_product(d: int, degrees: tuple, C):
+    r""":math:`\operatorname{blockdiag}(L_n^{-1})\,C` over the kept ``degrees`` (L_n of
+    :func:`fundamental_system`): the step that turns the Gegenbauer rows :math:`C_n^\alpha(V_n\hat{\mathbf x})`
+    into the harmonics Y_n, O(N Σ_n N(d, n)²) for C of shape (Σ_n N(d, n), N).
+
+    Its derivative is written so that reverse mode transposes it into
+    :math:`\operatorname{blockdiag}(L_n^{-\top})\,\bar C` with each constant :math:`L_n^{-\top}` stored
+    row-major (a plain matmul): autodiff's own transpose of the product contracts the constant's first
+    axis, which XLA's CPU backend ran at half the speed (measured, d = 9, degrees 0…5, N = 640 columns, one
+    core: 39 ms against 19 ms for the forward product; with this rule 19 ms). Forward mode (``jax.jvp``,
+    ``jax.hessian``) works as for any JAX function; the values are those of the plain product.
+
+    :param d: the ambient dimension; ``degrees``: the kept degrees (a tuple, static).
+    :param C: (Σ_n N(d, n), N) rows in the order of ``degrees``.
+    :returns: (Σ_n N(d, n), N).
+    """
+    return _block_product(d, degrees, C)
+
+
+@_inverse_factor_product.defjvp
+def _inverse_factor_product_jvp(d, degrees, primals, tangents):
+    (C,), (dC,) = primals, tangents
+    rows, start = [], 0
+    for n in degrees:  # L_n⁻¹ dC as (L_n⁻ᵀ)ᵀ dC: its transpose is then the row-major product L_n⁻ᵀ C̄
+        LinvT = np.ascontiguousarray(fundamental_system(d, n)[1].T)
+        stop = start + len(LinvT)
+        rows.append(jnp.einsum("ji,jk->ik", jnp.asarray(LinvT, dC.dtype), dC[start:stop]))
+        start = stop
+    return _block_product(d, degrees, C), jnp.concatenate(rows, axis=0)
+
+
 @functools.lru_cache(maxsize=None)
 def _quadrature(d: int, max_degree: int, num_nodes: int):
     """(cos θ_q, P) with a_n = P[n] · κ(cos θ_q): Gauss–Legendre on [0, π] in θ (module docstring)."""

@@ -246,6 +246,36 @@ def test_kernel_derivatives_are_finite_and_match_finite_differences():
         np.testing.assert_allclose(np.asarray(d_ad), np.asarray(d_fd), rtol=1e-6)
 
 
+def test_kuf_derivatives_equal_those_of_a_dense_block_diagonal_product():
+    """Kuf's gradient, JVP and Hessian in the map (s, b) (the inverse factors' custom derivative rule) equal
+    autodiff of an independent dense computation: Gegenbauer values of the fundamental systems times
+    SciPy's block_diag(L_n⁻¹), with r^p."""
+    import scipy.linalg
+
+    d, L, p = 4, 4, 1
+    X = jnp.asarray(np.random.default_rng(5).normal(size=(7, d - 1)))
+    f = SphericalHarmonicFeatures(d - 1, L, kernel=ArcCosine(p))  # the odd degrees above 1 vanish: dropped
+    W = jnp.asarray(np.random.default_rng(6).normal(size=(f.num_features, 7)))
+    systems = [fundamental_system(d, n) for n in f.degrees]
+    Bdense = jnp.asarray(scipy.linalg.block_diag(*[Linv for _, Linv in systems]))
+
+    def library(theta):
+        k = ArcCosine(p, 1.3, theta[:3], theta[3])
+        return jnp.sum(jnp.sin(psg.Kuf(f, k, X)) * W)
+
+    def dense(theta):
+        r, U = ArcCosine(p, 1.3, theta[:3], theta[3]).to_sphere(X)
+        C = jnp.concatenate([gegenbauer(n, 0.5 * (d - 2), jnp.clip(jnp.asarray(V) @ U.T, -1, 1))
+                             for n, (V, _) in zip(f.degrees, systems)])
+        return jnp.sum(jnp.sin(Bdense @ C * r[None, :] ** p) * W)
+
+    theta, v = jnp.asarray([0.7, 1.2, 0.9, 0.8]), jnp.asarray([0.3, -0.2, 0.5, 1.0])
+    np.testing.assert_allclose(library(theta), dense(theta), rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(library)(theta), jax.grad(dense)(theta), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(jax.jvp(library, (theta,), (v,))[1], jax.jvp(dense, (theta,), (v,))[1], rtol=1e-10)
+    np.testing.assert_allclose(jax.hessian(library)(theta), jax.hessian(dense)(theta), rtol=1e-9, atol=1e-11)
+
+
 # --- Kuu, Kuf and Qff ----------------------------------------------------------------------------------------
 def qff_error(kernel, X, L):
     f = SphericalHarmonicFeatures(X.shape[1], L, kernel=kernel)
