@@ -562,9 +562,18 @@ def test_resized_gives_a_clear_error_or_a_feature_set_within_the_cap(tolerance, 
         return
     assert 0 < tolerance < 1 and feature.num_features >= 1 and (cap is None or feature.num_features <= cap)
     # checked: the residual fraction at the data is within a factor of the tolerance asked (the rule's measured
-    # 0.46-1.10 x tolerance, generous here for the smallest sets)
-    r = diagnostics.adequacy(feature, {"f_kernel_lengthscale": jnp.full(1, 0.3)}, x, kernel=KT)["median"]
-    assert r <= max(3 * tolerance, 1e-12) or feature.num_features == (cap // 2) * 2 - 1 or feature.num_features < 5
+    # 0.46-1.10 x tolerance, generous here for the smallest sets),
+    # above the residual no number of frequencies removes (Matérn-3/2's boundary term on [lower, upper]: 9.4e-5
+    # here, measured with 800 frequencies), or at the cap
+    r = _residual(feature)
+    capped = cap is not None and feature.num_features == (cap // 2) * 2 - 1
+    assert r <= max(3 * tolerance + _residual(psg.FourierFeatures(-1.0, 2.0, 800)), 1e-12) or capped \
+        or feature.num_features < 5, (r, feature.num_features)
+
+
+def _residual(feature):
+    """The median fraction of KT's prior variance at x that ``feature`` misses (diagnostics.adequacy)."""
+    return diagnostics.adequacy(feature, {"f_kernel_lengthscale": jnp.full(1, 0.3)}, x, kernel=KT)["median"]
 
 
 @FAST
