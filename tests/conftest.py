@@ -84,12 +84,15 @@ jax.config.update("jax_traceback_in_locations_limit", 0)  # plugin have imported
 # first (longest-processing-time-first), so that the last files to start are short and both workers end
 # together. xdist's default orders the files by their number of tests, which starts the long files with few
 # tests last (measured 2026-12-02, 2 workers: the docs pages, 3 tests and the suite's longest file, the
-# choose_features files, 4 and 24 tests). The figures are the files' summed --durations=0 on 2 cores (s);
+# choose_features files, 4 and 24 tests). The figures are the files' summed --durations=0 on 2 cores (s;
+# a fresh clone at 5ea3c60, 2026-12-02: 830.6 s in all);
 # a file not named keeps its collection order after these, and a stale figure only costs balance.
-LONGEST_FIRST = {"test_pilot_families.py": 334, "test_marginal.py": 244, "test_docs_pages.py": 175,
-                 "test_docs_pages_second.py": 175, "test_orthogonal.py": 149, "test_natural_gradients.py": 148,
-                 "test_decoupled.py": 83, "test_engines.py": 78, "test_pilot.py": 78, "test_collapsed.py": 77,
-                 "test_spherical.py": 58, "test_diagnostics.py": 51, "test_diagnostics_pointwise.py": 48}
+LONGEST_FIRST = {"test_docs_pages_second.py": 85, "test_docs_pages.py": 82, "test_natural_gradients.py": 53,
+                 "test_spherical.py": 32, "test_marginal.py": 30, "test_pilot_families.py": 29,
+                 "test_collapsed.py": 28, "test_decoupled.py": 25, "test_linalg.py": 24, "test_fourier.py": 23,
+                 "test_orthogonal.py": 22, "test_diagnostics.py": 21, "test_natural_gradients_step.py": 20,
+                 "test_activation.py": 19, "test_harmonic.py": 18, "test_properties.py": 16, "test_pilot.py": 16,
+                 "test_integral_transform.py": 16, "test_spherical_fit.py": 16}
 
 
 # ... except a file that clears JAX's caches, which goes before them: test_parameters' debug_checks test
