@@ -79,6 +79,10 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_include_full_tracebacks_in_locations", False)  # as the variables above, should a
 jax.config.update("jax_traceback_in_locations_limit", 0)  # plugin have imported jax before this file
 
+import mlir_context  # noqa: E402 -- the tests' lowerings share one MLIR context per thread (its docstring)
+
+mlir_context.install()
+
 
 # The order in which pytest-xdist's whole-file scheduling (--dist loadfile) hands out the files: the longest
 # first (longest-processing-time-first), so that the last files to start are short and both workers end

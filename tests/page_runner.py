@@ -42,6 +42,9 @@ def run_page(script, cwd):
 
 def main(manifest, results, timeout):
     import jax  # noqa: F401 -- imported before the first page's clock starts
+    import mlir_context  # this folder: one MLIR context per thread, as in the pytest processes
+
+    mlir_context.install()
 
     with open(manifest) as f:
         pages = json.load(f)

@@ -36,3 +36,31 @@ def test_a_jitted_hessian_of_the_exact_marginal_equals_the_eager_one():
     eager = np.asarray(jax.hessian(lambda x: objective(x, True))(x0))
     jitted = np.asarray(jax.jit(jax.hessian(lambda x: objective(x, True)))(x0))
     np.testing.assert_allclose(jitted, eager, rtol=1e-6)
+
+
+
+def test_the_shared_mlir_context_is_in_place_renews_and_changes_no_program(monkeypatch):
+    """tests/mlir_context.py: this process lowers in one MLIR context per thread, renewed every RENEW
+    lowerings, and a program lowered in it is the one a fresh context gives (its text, its values)."""
+    import jax.numpy as jnp
+    import mlir_context
+    from jax._src.interpreters import mlir
+
+    shared = mlir.make_ir_context
+    assert getattr(shared, "shared_per_thread", False), "tests/conftest.py did not install it"
+    monkeypatch.setattr(mlir_context, "RENEW", 3)
+    contexts = [shared() for _ in range(7)]
+    assert [len({id(c) for c in contexts[i:i + 3]}) for i in (0, 3)] == [1, 1]
+    assert len({id(c) for c in contexts[:6]}) == 2
+
+    weights = np.linspace(0.0, 1.0, 37)  # a constant of the program: an attribute uniqued in the context
+
+    def program():  # a new function each time: no lowering cache between the two
+        return jax.jit(lambda x: jnp.sin(x) @ weights + jnp.linalg.cholesky(jnp.outer(x, x) + jnp.eye(x.size)).sum())
+
+    x = jnp.linspace(-1.0, 2.0, 37)
+    in_shared = program().lower(x)
+    monkeypatch.setattr(mlir, "make_ir_context", shared.fresh)
+    in_fresh = program().lower(x)
+    assert in_shared.as_text() == in_fresh.as_text()
+    assert np.asarray(in_shared.compile()(x)) == np.asarray(in_fresh.compile()(x))
