@@ -52,6 +52,8 @@ def test_the_shared_mlir_context_is_in_place_renews_and_changes_no_program(monke
     contexts = [shared() for _ in range(7)]
     assert [len({id(c) for c in contexts[i:i + 3]}) for i in (0, 3)] == [1, 1]
     assert len({id(c) for c in contexts[:6]}) == 2
+    with contexts[-1]:  # a lowering inside another's gets a context of its own
+        assert shared() is not contexts[-1]
 
     weights = np.linspace(0.0, 1.0, 37)  # a constant of the program: an attribute uniqued in the context
 
