@@ -1,5 +1,6 @@
 """Test configuration: float64 for the reference tests, two forced host devices for sharding tests,
-XLA compiling for speed of compilation, and one compilation cache per test run shared by the workers."""
+XLA compiling for speed of compilation, one compilation cache per test run shared by the workers, and
+one MLIR context per thread for the lowerings (tests/mlir_context.py)."""
 import os
 import shutil
 import subprocess
