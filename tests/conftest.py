@@ -64,12 +64,16 @@ os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 # worker, in a subprocess the test starts). A persistent compilation cache in a folder made for this run,
 # shared by the pytest-xdist workers and the subprocesses (both inherit the variables from the
 # controller, which imports this file first) and removed at the end, compiles each once: measured on
-# test_stein/sparse/orthogonal/collapsed, 2 workers, 212 -> 191 s. Nothing outlives the run, so no stale
-# program can meet a changed library.
+# test_stein/sparse/orthogonal/collapsed, 2 workers, 212 -> 191 s. Only programs that take 0.1 s or more to
+# compile are written: writing every one (most are single operations that compile in ~15 ms) cost more than
+# the other processes' hits saved once the lowerings shared their MLIR context (tests/mlir_context.py;
+# measured 2026-12-03, those four files and test_docs_pages.py, 2 workers: every program 75.7-85.1 s, none
+# 67.9-79.2 s, >= 0.03 s 68.6-70.2 s, >= 0.1 s 66.5 s). Nothing outlives the run, so no stale program can
+# meet a changed library.
 _OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if _OWN_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ppl_sparsegp-xla-cache-")
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 sys.path.insert(0, os.path.dirname(__file__))  # shared test problems (tests/regression.py)
