@@ -38,7 +38,6 @@ def test_a_jitted_hessian_of_the_exact_marginal_equals_the_eager_one():
     np.testing.assert_allclose(jitted, eager, rtol=1e-6)
 
 
-
 def test_the_shared_mlir_context_is_in_place_renews_and_changes_no_program(monkeypatch):
     """tests/mlir_context.py: this process lowers in one MLIR context per thread, renewed every RENEW
     lowerings, and a program lowered in it is the one a fresh context gives (its text, its values)."""
