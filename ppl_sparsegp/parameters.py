@@ -91,6 +91,14 @@ def is_concrete(x) -> bool:
     return all(not isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
+def value_shape(x) -> tuple:
+    """The shape of a field's value, whatever holds it: an array's shape, a prior's ``batch_shape +
+    event_shape`` (the shape of its draws), a :class:`Param`'s initial value's shape."""
+    if isinstance(x, Distribution):
+        return tuple(x.batch_shape) + tuple(x.event_shape)
+    return tuple(jnp.shape(x.init if isinstance(x, Param) else x))
+
+
 _DEBUG = {"on": os.environ.get("PPL_SPARSEGP_DEBUG", "") not in ("", "0")}
 
 

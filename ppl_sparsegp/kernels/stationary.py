@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln
 from jax.typing import ArrayLike
 
-from ..parameters import is_concrete
+from ..parameters import is_concrete, value_shape
 from ..validation import PositiveScalar, PositiveScales, validated
 from .base import Kernel, as_points, check_inputs, safe_sqrt as _safe_sqrt
 
@@ -61,7 +61,7 @@ class Stationary(Kernel):
 
     @property
     def input_dim(self):
-        ls = jnp.shape(self.lengthscale)
+        ls = value_shape(self.lengthscale)  # a template's prior or Param too
         return ls[0] if len(ls) == 1 else None
 
     def _inputs(self, X1, X2):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from ..parameters import is_concrete
+from ..parameters import is_concrete, value_shape
 from ..validation import AKernel, Integer, OneOf, PositiveScalar, PositiveScales, Template, validated
 from .base import Kernel, as_points, check_inputs, safe_sqrt as _safe_sqrt
 from .stationary import Matern12, Matern32, Matern52
@@ -106,7 +106,7 @@ class Zonal(Kernel):
 
     @property
     def input_dim(self):
-        ls = jnp.shape(self.lengthscale)
+        ls = value_shape(self.lengthscale)  # a template's prior or Param too
         return ls[0] if len(ls) == 1 else None
 
     def kappa(self, t: ArrayLike) -> jax.Array:

@@ -162,3 +162,24 @@ def test_periodic_bad_hyperparameters():
         K.Periodic(1.0, 1.0, np.ones(2))
     with pytest.raises(ValueError):
         K.Periodic(-1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("kernel_class", [K.Matern52, K.ChordalMatern])
+def test_a_templates_input_dim_is_read_from_its_prior_or_param(kernel_class):
+    """A template's D comes from the shape of its lengthscale's draws (a prior's batch + event shape) or of a
+    Param's initial value, as from a concrete array: ActivationFeatures.from_kernel checks a template's D so
+    (it raised ``TypeError: object of type 'method' has no len()`` on a prior)."""
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp import ActivationFeatures, Param
+
+    extra = {"nu": 1.5} if kernel_class is K.ChordalMatern else {}
+    D = 3
+    for lengthscale, want in ((dist.LogNormal(jnp.zeros(D), 1.0).to_event(1), D), (dist.LogNormal(0.0, 1.0), None),
+                              (dist.LogNormal(jnp.zeros(D), 1.0), D), (Param(jnp.ones(D)), D), (jnp.ones(D), D),
+                              (1.0, None)):
+        assert kernel_class(lengthscale=lengthscale, **extra).input_dim == want, lengthscale
+    template = K.ChordalMatern(1.5, lengthscale=dist.LogNormal(jnp.zeros(D), 1.0).to_event(1))
+    assert ActivationFeatures.from_kernel(template, D, 4).input_dim == D
+    with pytest.raises(ValueError, match="input"):
+        ActivationFeatures.from_kernel(template, D + 1, 4)
